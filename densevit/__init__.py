@@ -1,0 +1,6 @@
+"""densevit: object detection and semantic segmentation on Vision Transformers."""
+from .utils.safe_load import allow_checkpoint_types
+
+__version__ = '0.1.0'
+
+allow_checkpoint_types()

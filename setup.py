@@ -1,0 +1,22 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+here = Path(__file__).parent
+requirements = [
+    line.strip() for line in (here / 'requirements.txt').read_text().splitlines()
+    if line.strip() and not line.startswith('#')
+]
+
+setup(
+    name='densevit',
+    version='0.1.0',
+    description='Dense prediction (detection, segmentation) on Vision Transformers, '
+    'built on mmengine, with no compiled ops.',
+    long_description=(here / 'README.md').read_text() if (here / 'README.md').exists() else '',
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['densevit', 'densevit.*']),
+    python_requires='>=3.9',
+    install_requires=requirements,
+    extras_require={'tests': ['pytest>=7']},
+)
