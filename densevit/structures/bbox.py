@@ -49,14 +49,3 @@ def generalized_box_iou(boxes1, boxes2, eps=EPS):
     enclosing = wh[..., 0] * wh[..., 1]
     return iou - (enclosing - union) / enclosing.clamp(min=eps)
 
-
-def elementwise_generalized_box_iou(boxes1, boxes2, eps=EPS):
-    """GIoU of matched pairs: [N, 4] and [N, 4] xyxy -> [N] (no N x N matrix)."""
-    area1, area2 = box_area(boxes1), box_area(boxes2)
-    wh = (torch.min(boxes1[:, 2:], boxes2[:, 2:]) - torch.max(boxes1[:, :2], boxes2[:, :2])).clamp(min=0)
-    inter = wh[:, 0] * wh[:, 1]
-    union = area1 + area2 - inter
-    iou = inter / union.clamp(min=eps)
-    wh = (torch.max(boxes1[:, 2:], boxes2[:, 2:]) - torch.min(boxes1[:, :2], boxes2[:, :2])).clamp(min=0)
-    enclosing = wh[:, 0] * wh[:, 1]
-    return iou - (enclosing - union) / enclosing.clamp(min=eps)
