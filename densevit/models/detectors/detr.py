@@ -1,0 +1,68 @@
+"""DETR: a backbone (+ optional neck) and a set-prediction head (Carion et al. 2020)."""
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModel
+
+from densevit.registry import MODELS
+
+
+@MODELS.register_module()
+class DETR(BaseModel):
+    """End-to-end detector ``backbone -> [neck] -> bbox_head``.
+
+    Args:
+        backbone, neck, bbox_head (dict): configs; ``bbox_head.in_channels`` defaults to
+            the channels of the feature map it reads.
+        feat_index (int): which backbone/neck output feeds the head (-1: the last).
+        data_preprocessor (dict): usually ``DetDataPreprocessor``.
+    """
+
+    def __init__(self, backbone, bbox_head, neck=None, feat_index=-1, data_preprocessor=None,
+                 train_cfg=None, test_cfg=None, init_cfg=None):
+        super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
+        self.backbone = MODELS.build(backbone)
+        self.neck = MODELS.build(neck) if neck is not None else None
+        channels = (self.neck or self.backbone).out_channels
+        self.feat_index = feat_index
+        bbox_head = dict(bbox_head)
+        bbox_head.setdefault('in_channels', channels[feat_index])
+        self.bbox_head = MODELS.build(bbox_head)
+
+    def extract_feat(self, inputs):
+        """inputs [B, 3, H, W] -> the feature map the head reads [B, C, h, w]."""
+        feats = self.backbone(inputs)
+        if self.neck is not None:
+            feats = self.neck(feats)
+        return feats[self.feat_index]
+
+    @staticmethod
+    def padding_mask(inputs, feat, data_samples):
+        """[B, h, w] bool, True where the feature map covers batch padding.
+
+        Each image occupies the top-left ``img_shape`` of the padded batch; the pixel mask
+        is resized to the feature grid by nearest neighbour, as in DETR.
+        """
+        B, _, H, W = inputs.shape
+        mask = torch.zeros(B, H, W, dtype=torch.bool, device=inputs.device)
+        if data_samples is not None:
+            mask[:] = True
+            for m, ds in zip(mask, data_samples):
+                h, w = ds.metainfo.get('img_shape', (H, W))[:2]
+                m[:h, :w] = False
+        return F.interpolate(mask[None].float(), size=feat.shape[-2:])[0].bool()
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        """``mode``: 'loss' -> dict of losses; 'predict' -> DataSamples with ``pred_instances``;
+        'tensor' -> the head's raw outputs (``data_samples`` may be None: no padding)."""
+        feat = self.extract_feat(inputs)
+        mask = self.padding_mask(inputs, feat, data_samples)
+        if mode == 'loss':
+            return self.bbox_head.loss(feat, mask, data_samples)
+        if mode == 'predict':
+            results = self.bbox_head.predict(feat, mask, data_samples)
+            for ds, pred in zip(data_samples, results):
+                ds.pred_instances = pred
+            return data_samples
+        if mode == 'tensor':
+            return self.bbox_head(feat, mask, data_samples)
+        raise ValueError(f"DETR.forward: mode must be 'loss', 'predict' or 'tensor', got {mode!r}")

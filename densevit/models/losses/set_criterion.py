@@ -1,0 +1,78 @@
+"""DETR's set prediction loss (Carion et al. 2020, §3.1, Eq. 2)."""
+import torch
+import torch.nn.functional as F
+from mmengine.dist import all_reduce, get_world_size
+from torch import nn
+
+from densevit.registry import MODELS, TASK_UTILS
+from densevit.structures import box_cxcywh_to_xyxy, generalized_box_iou
+
+
+def num_boxes_across_ranks(targets, device):
+    """Target boxes in the batch averaged over processes, at least 1 (DETR's normalizer)."""
+    n = torch.tensor(float(sum(len(t['labels']) for t in targets)), device=device)
+    if get_world_size() > 1:
+        all_reduce(n, op='mean')
+    return n.clamp(min=1).item()
+
+
+@MODELS.register_module()
+class SetCriterion(nn.Module):
+    """Hungarian-matched classification + box losses for one decoder layer's predictions.
+
+    Classification: cross-entropy over K+1 classes (index K = no object) for every
+    query, the no-object class weighted ``no_object_weight``, as a weighted mean.
+    Boxes: L1 and 1 − GIoU over matched pairs, summed and divided by ``num_boxes``.
+
+    Args:
+        num_classes (int): K.
+        matcher (dict): a ``TASK_UTILS`` config, e.g. ``HungarianMatcher``.
+        loss_weights (dict): ``loss_cls``, ``loss_bbox``, ``loss_iou`` (DETR: 1, 5, 2).
+        no_object_weight (float): class weight of "no object" (0.1).
+    """
+
+    def __init__(self, num_classes, matcher=dict(type='HungarianMatcher'),
+                 loss_weights=dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0),
+                 no_object_weight=0.1):
+        super().__init__()
+        self.num_classes = num_classes
+        self.matcher = TASK_UTILS.build(matcher)
+        self.loss_weights = dict(loss_weights)
+        class_weight = torch.ones(num_classes + 1)
+        class_weight[-1] = no_object_weight
+        self.register_buffer('class_weight', class_weight, persistent=False)
+
+    def forward(self, outputs, targets, num_boxes, indices=None):
+        """Weighted losses of one layer.
+
+        Args:
+            outputs (dict): ``pred_logits`` [B, Q, K+1], ``pred_boxes`` [B, Q, 4] normalized cxcywh.
+            targets (list[dict]): ``labels`` [N_i], ``boxes`` [N_i, 4] normalized cxcywh.
+            num_boxes (float): normalizer of the box losses.
+            indices (list[tuple]): a precomputed assignment (e.g. denoising queries); matched
+                here when None.
+
+        Returns:
+            dict: ``loss_cls``, ``loss_bbox``, ``loss_iou`` (already weighted).
+        """
+        if indices is None:
+            indices = self.matcher(outputs, targets)
+        logits, boxes = outputs['pred_logits'], outputs['pred_boxes']
+        batch_idx = torch.cat([torch.full_like(src, i) for i, (src, _) in enumerate(indices)])
+        src_idx = torch.cat([src for src, _ in indices])
+        target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64,
+                                    device=logits.device)
+        target_classes[batch_idx, src_idx] = torch.cat(
+            [t['labels'][j] for t, (_, j) in zip(targets, indices)]).to(logits.device)
+        loss_cls = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
+                                   self.class_weight.to(logits.device))
+
+        src_boxes = boxes[batch_idx, src_idx].float()
+        tgt_boxes = torch.cat([t['boxes'][j] for t, (_, j) in zip(targets, indices)]).to(src_boxes)
+        loss_bbox = F.l1_loss(src_boxes, tgt_boxes, reduction='sum') / num_boxes
+        giou = torch.diag(generalized_box_iou(box_cxcywh_to_xyxy(src_boxes),
+                                              box_cxcywh_to_xyxy(tgt_boxes)))
+        loss_iou = (1 - giou).sum() / num_boxes
+        w = self.loss_weights
+        return dict(loss_cls=loss_cls * w['loss_cls'], loss_bbox=loss_bbox * w['loss_bbox'],
+                    loss_iou=loss_iou * w['loss_iou'])
