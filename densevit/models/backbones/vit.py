@@ -1,0 +1,190 @@
+"""Plain Vision Transformer backbone (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words")."""
+from collections.abc import Sequence
+
+import torch
+from mmengine.model import BaseModule
+from torch import nn
+
+from densevit.models.layers.patch_embed import PatchEmbed
+from densevit.models.layers.pos_embed import LearnedPositionEmbedding
+from densevit.models.layers.vit_block import TransformerEncoderLayer
+from densevit.registry import MODELS
+
+# ViT paper, Table 1 (Ti and S from DeiT): width D, depth, heads, MLP size.
+ARCH_SETTINGS = {
+    'Ti': dict(embed_dims=192, num_layers=12, num_heads=3, feedforward_channels=768),
+    'S': dict(embed_dims=384, num_layers=12, num_heads=6, feedforward_channels=1536),
+    'B': dict(embed_dims=768, num_layers=12, num_heads=12, feedforward_channels=3072),
+    'L': dict(embed_dims=1024, num_layers=24, num_heads=16, feedforward_channels=4096),
+    'H': dict(embed_dims=1280, num_layers=32, num_heads=16, feedforward_channels=5120),
+}
+_ARCH_ALIASES = {'ti': 'Ti', 'tiny': 'Ti', 's': 'S', 'small': 'S', 'b': 'B', 'base': 'B',
+                 'l': 'L', 'large': 'L', 'h': 'H', 'huge': 'H'}
+
+
+def _arch_setting(arch):
+    if isinstance(arch, str):
+        name = _ARCH_ALIASES.get(arch.lower())
+        if name is None:
+            raise KeyError(f'Unknown ViT arch {arch!r}; choose from {list(ARCH_SETTINGS)} '
+                           f'or give a dict')
+        return dict(ARCH_SETTINGS[name])
+    required = {'embed_dims', 'num_layers', 'num_heads', 'feedforward_channels'}
+    missing = required - set(arch)
+    if missing:
+        raise KeyError(f'ViT arch dict misses {sorted(missing)}')
+    return dict(arch)
+
+
+@MODELS.register_module()
+class VisionTransformer(BaseModule):
+    """ViT encoder returning the patch tokens of chosen layers as feature maps.
+
+    Image -> PxP patch embedding -> [cls] + tokens -> + learned position
+    embedding -> L pre-norm encoder layers -> (final LayerNorm). No
+    classification head: a dense-prediction neck/head reads the maps.
+
+    Args:
+        arch (str | dict): 'Ti', 'S', 'B', 'L', 'H', or a dict with
+            ``embed_dims, num_layers, num_heads, feedforward_channels``.
+        img_size (int | tuple[int, int]): image size the position table is made
+            for; other input sizes get the table resized (bicubic) each forward.
+        patch_size (int): P.
+        in_channels (int): image channels.
+        with_cls_token (bool): prepend a learned class token (dropped from the
+            output maps, but it takes part in attention).
+        out_indices (int | Sequence[int]): layers whose output is returned
+            (0-based, negative counts from the end).
+        drop_rate (float): dropout after the position embedding, attention
+            projection and MLP.
+        attn_drop_rate (float): dropout on attention weights.
+        drop_path_rate (float): stochastic depth, rising linearly from 0 at the
+            first layer to this value at the last.
+        qkv_bias (bool): bias on the qkv projection.
+        final_norm (bool): LayerNorm on the last layer's output (pre-norm layers
+            leave it un-normalised); returned when the last layer is an output.
+        interpolate_mode (str): how the position table is resized.
+        frozen_stages (int): -1 trains everything; 0 freezes the stem (patch
+            embedding, cls token, position table); k > 0 also freezes layers
+            ``0..k-1`` (and the final norm when k = num_layers).
+        init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
+
+    Shapes:
+        x: [B, C, H, W] with H, W multiples of P -> tuple of [B, D, H/P, W/P],
+        one per ``out_indices`` entry, in that order.
+    """
+
+    def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
+                 with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
+                 drop_path_rate=0., qkv_bias=True, final_norm=True,
+                 interpolate_mode='bicubic', frozen_stages=-1, init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        setting = _arch_setting(arch)
+        self.embed_dims = D = setting['embed_dims']
+        self.num_layers = setting['num_layers']
+        self.patch_size = patch_size
+        img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+
+        self.patch_embed = PatchEmbed(in_channels, D, patch_size)
+        self.num_extra_tokens = 1 if with_cls_token else 0
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if with_cls_token else None
+        self.pos_embed = LearnedPositionEmbedding(
+            self.patch_embed.output_hw(img_size), D, self.num_extra_tokens, interpolate_mode)
+        self.pos_drop = nn.Dropout(drop_rate)
+
+        # Plain Python, not torch.linspace: the model must also build on device='meta'.
+        dpr = [drop_path_rate * i / max(self.num_layers - 1, 1) for i in range(self.num_layers)]
+        self.blocks = nn.ModuleList(
+            TransformerEncoderLayer(D, setting['num_heads'], setting['feedforward_channels'],
+                                    drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
+                                    drop_path_rate=dpr[i], qkv_bias=qkv_bias)
+            for i in range(self.num_layers))
+        self.norm = nn.LayerNorm(D, eps=1e-6) if final_norm else None
+
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        if not isinstance(out_indices, Sequence) or not out_indices:
+            raise TypeError(f'out_indices must be an int or a non-empty sequence, '
+                            f'got {out_indices!r}')
+        self.out_indices = []
+        for i in out_indices:
+            if not -self.num_layers <= i < self.num_layers:
+                raise IndexError(f'out_indices entry {i} out of range for '
+                                 f'{self.num_layers} layers')
+            self.out_indices.append(i % self.num_layers)
+        self.out_channels = [D] * len(self.out_indices)
+        self.out_strides = [patch_size] * len(self.out_indices)
+
+        if not -1 <= frozen_stages <= self.num_layers:
+            raise ValueError(f'frozen_stages must be in [-1, {self.num_layers}]')
+        self.frozen_stages = frozen_stages
+        self._freeze_stages()
+
+    def _frozen_modules(self):
+        if self.frozen_stages < 0:
+            return []
+        mods = [self.patch_embed, self.pos_embed, *self.blocks[:self.frozen_stages]]
+        if self.frozen_stages == self.num_layers and self.norm is not None:
+            mods.append(self.norm)
+        return mods
+
+    def _freeze_stages(self):
+        if self.frozen_stages >= 0 and self.cls_token is not None:
+            self.cls_token.requires_grad = False
+        for m in self._frozen_modules():
+            m.eval()  # no dropout / drop path in frozen layers
+            for p in m.parameters():
+                p.requires_grad = False
+
+    def train(self, mode=True):
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
+    def init_weights(self):
+        """ViT init: truncated normal (std .02) for Linear weights, the class
+        token and position table; zero biases; LayerNorm to identity. The patch
+        convolution keeps PyTorch's default (fan-in) init. An ``init_cfg``
+        (e.g. Pretrained) is applied afterwards and overrides what it covers.
+        """
+        if not self._is_init:
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.trunc_normal_(m.weight, std=.02)
+                    if m.bias is not None:
+                        nn.init.zeros_(m.bias)
+                elif isinstance(m, nn.LayerNorm):
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
+            self.pos_embed.init_weights()
+            if self.cls_token is not None:
+                nn.init.trunc_normal_(self.cls_token, std=.02)
+        super().init_weights()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # timm stores the table as a bare ``pos_embed`` parameter; ours lives in
+        # a module (``pos_embed.weight``) so other PE types can replace it.
+        # Renaming here, before the children are loaded, makes timm's layout load.
+        bare, ours = prefix + 'pos_embed', prefix + 'pos_embed.weight'
+        if bare in state_dict and ours not in state_dict:
+            state_dict[ours] = state_dict.pop(bare)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def forward(self, x):
+        """x: [B, C, H, W] -> tuple of [B, D, H/P, W/P] (see class docstring)."""
+        B = x.shape[0]
+        x, (h, w) = self.patch_embed(x)  # [B, h*w, D]
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)
+        x = self.pos_drop(self.pos_embed(x, (h, w)))  # [B, E + h*w, D]
+
+        feats = {}
+        last_needed = max(self.out_indices)  # layers after it would be wasted work
+        for i, block in enumerate(self.blocks[:last_needed + 1]):
+            x = block(x)
+            if i == self.num_layers - 1 and self.norm is not None:
+                x = self.norm(x)
+            if i in self.out_indices:
+                grid = x[:, self.num_extra_tokens:]  # drop the class token
+                feats[i] = grid.transpose(1, 2).reshape(B, self.embed_dims, h, w).contiguous()
+        return tuple(feats[i] for i in self.out_indices)

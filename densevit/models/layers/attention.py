@@ -1,0 +1,56 @@
+"""Multi-head self-attention computed with ``F.scaled_dot_product_attention``."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head self-attention (Vaswani et al. 2017) with a fused qkv projection.
+
+    Parameter names ``qkv`` and ``proj`` follow timm's ViT so its weights map
+    one-to-one. The attention itself goes through PyTorch's fused SDPA kernel
+    (flash / memory-efficient where available) instead of materialising the
+    softmax here.
+
+    Args:
+        embed_dims (int): token width D (split into ``num_heads`` heads of D/h).
+        num_heads (int): number of heads h.
+        qkv_bias (bool): bias on the qkv projection.
+        attn_drop (float): dropout on attention weights (training only).
+        proj_drop (float): dropout after the output projection.
+    """
+
+    def __init__(self, embed_dims, num_heads, qkv_bias=True, attn_drop=0., proj_drop=0.):
+        super().__init__()
+        if embed_dims % num_heads != 0:
+            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by '
+                             f'num_heads ({num_heads})')
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.head_dims = embed_dims // num_heads
+        self.attn_drop = attn_drop
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x: torch.Tensor, attn_mask=None) -> torch.Tensor:
+        """Self-attention over the token sequence.
+
+        Args:
+            x: [B, N, D] tokens.
+            attn_mask: optional, broadcastable to [B, h, N, N]; a bool mask
+                (True = may attend) or a float mask added to the logits
+                (e.g. a relative position bias).
+
+        Returns:
+            [B, N, D].
+        """
+        B, N, D = x.shape
+        # [B, N, 3D] -> [3, B, h, N, D/h]
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        x = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask,
+            dropout_p=self.attn_drop if self.training else 0.)
+        x = x.transpose(1, 2).reshape(B, N, D)
+        return self.proj_drop(self.proj(x))

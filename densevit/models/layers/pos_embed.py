@@ -1,0 +1,100 @@
+"""Position embeddings for token sequences, and resizing of learned tables.
+
+A learned table is made for one patch grid (e.g. 14x14 for 224 / 16). Dense
+prediction runs at other sizes (800x1216 -> 50x76), so the grid part of the
+table is resized by 2D interpolation at every forward, as in the ViT paper's
+fine-tuning at higher resolution (Sec. 3.2).
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from mmengine.logging import print_log
+from torch import nn
+
+
+def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens, mode='bicubic'):
+    """Resize the grid part of a position table to a new patch grid.
+
+    Args:
+        pos_embed: [1, E + h0*w0, D], the E extra-token (e.g. cls) rows first,
+            then the grid in row-major order.
+        src_hw (tuple[int, int]): (h0, w0) the table was made for.
+        dst_hw (tuple[int, int]): (h1, w1) wanted.
+        num_extra_tokens (int): E, rows kept unchanged.
+        mode (str): ``F.interpolate`` mode ('bicubic', 'bilinear', 'nearest').
+
+    Returns:
+        [1, E + h1*w1, D]; ``pos_embed`` itself when the sizes match.
+    """
+    src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
+    if src_hw == dst_hw:
+        return pos_embed
+    h0, w0 = src_hw
+    _, n, d = pos_embed.shape
+    if n != num_extra_tokens + h0 * w0:
+        raise ValueError(f'pos_embed has {n} rows, expected {num_extra_tokens} extra + '
+                         f'{h0}x{w0} grid')
+    extra, grid = pos_embed[:, :num_extra_tokens], pos_embed[:, num_extra_tokens:]
+    grid = grid.reshape(1, h0, w0, d).permute(0, 3, 1, 2)  # [1, D, h0, w0]
+    # Interpolate in float32: bicubic is not implemented for every half type.
+    kwargs = {} if mode == 'nearest' else dict(align_corners=False)
+    grid = F.interpolate(grid.float(), size=dst_hw, mode=mode, **kwargs).to(pos_embed.dtype)
+    grid = grid.flatten(2).transpose(1, 2)  # [1, h1*w1, D]
+    return torch.cat([extra, grid], dim=1)
+
+
+class LearnedPositionEmbedding(nn.Module):
+    """Learned absolute 1D position embedding, added once to the tokens.
+
+    One row per token (extra tokens first, then the patch grid row by row),
+    the ViT default. The table is kept for ``num_patches_hw`` and resized to
+    the input's grid on every call, so nothing depends on the input size.
+
+    Args:
+        num_patches_hw (tuple[int, int]): patch grid (h0, w0) of the table.
+        embed_dims (int): D.
+        num_extra_tokens (int): E, e.g. 1 for a class token.
+        interpolate_mode (str): mode used to resize the grid part.
+
+    Parameters:
+        weight: [1, E + h0*w0, D] (timm's ``pos_embed`` layout).
+    """
+
+    def __init__(self, num_patches_hw, embed_dims, num_extra_tokens=1,
+                 interpolate_mode='bicubic'):
+        super().__init__()
+        self.num_patches_hw = tuple(num_patches_hw)
+        self.num_extra_tokens = num_extra_tokens
+        self.interpolate_mode = interpolate_mode
+        h0, w0 = self.num_patches_hw
+        self.weight = nn.Parameter(torch.zeros(1, num_extra_tokens + h0 * w0, embed_dims))
+
+    def init_weights(self):
+        nn.init.trunc_normal_(self.weight, std=.02)
+
+    def table(self, hw):
+        """The table resized to grid ``hw``: [1, E + h*w, D]."""
+        return resize_pos_embed(self.weight, self.num_patches_hw, hw,
+                                self.num_extra_tokens, self.interpolate_mode)
+
+    def forward(self, tokens, hw):
+        """tokens: [B, E + h*w, D], hw = (h, w) -> tokens + table, same shape."""
+        return tokens + self.table(hw)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A square table made for another grid (e.g. a 384-pixel checkpoint) is
+        # resized on load, so pretrained weights are not dropped over a shape
+        # mismatch.
+        key = prefix + 'weight'
+        table = state_dict.get(key)
+        if table is not None and table.dim() == 3 and table.shape != self.weight.shape:
+            n = table.shape[1] - self.num_extra_tokens
+            side = math.isqrt(max(n, 0))
+            if side * side == n and table.shape[2] == self.weight.shape[2]:
+                print_log(f'Resizing {key} from {side}x{side} to '
+                          f'{self.num_patches_hw[0]}x{self.num_patches_hw[1]} on load',
+                          logger='current')
+                state_dict[key] = resize_pos_embed(table, (side, side), self.num_patches_hw,
+                                                   self.num_extra_tokens, self.interpolate_mode)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -1,0 +1,67 @@
+"""The pre-norm Transformer encoder layer of ViT (Dosovitskiy et al. 2021, Eq. 2-3)."""
+import torch
+from mmcv.cnn.bricks import DropPath
+from torch import nn
+
+from .attention import MultiheadAttention
+
+
+class Mlp(nn.Module):
+    """Two-layer MLP: Linear(D, F) -> GELU -> dropout -> Linear(F, D) -> dropout.
+
+    Shapes: [..., D] -> [..., D].
+    """
+
+    def __init__(self, embed_dims, feedforward_channels, drop=0.):
+        super().__init__()
+        self.fc1 = nn.Linear(embed_dims, feedforward_channels)
+        self.act = nn.GELU()
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(feedforward_channels, embed_dims)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x):
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class TransformerEncoderLayer(nn.Module):
+    """Pre-norm encoder layer: ``x + MSA(LN(x))`` then ``x + MLP(LN(x))``.
+
+    Normalising before each sub-layer (not after, as in the original
+    Transformer) keeps the residual stream un-normalised, which is what lets
+    deep ViTs train without warm-up tricks; the backbone therefore adds one
+    final LayerNorm after the last layer.
+
+    Args:
+        embed_dims (int): token width D.
+        num_heads (int): attention heads.
+        feedforward_channels (int, optional): MLP hidden width F; defaults to
+            ``mlp_ratio * embed_dims``.
+        mlp_ratio (float): used only when ``feedforward_channels`` is None.
+        drop_rate (float): dropout after the attention projection and in the MLP.
+        attn_drop_rate (float): dropout on attention weights.
+        drop_path_rate (float): stochastic depth of both residual branches.
+        qkv_bias (bool): bias on the qkv projection.
+        norm_eps (float): LayerNorm epsilon (1e-6 as in the JAX/timm ViT).
+
+    Shapes: x [B, N, D] -> [B, N, D].
+    """
+
+    def __init__(self, embed_dims, num_heads, feedforward_channels=None, mlp_ratio=4.,
+                 drop_rate=0., attn_drop_rate=0., drop_path_rate=0., qkv_bias=True,
+                 norm_eps=1e-6):
+        super().__init__()
+        if feedforward_channels is None:
+            feedforward_channels = int(embed_dims * mlp_ratio)
+        self.norm1 = nn.LayerNorm(embed_dims, eps=norm_eps)
+        self.attn = MultiheadAttention(embed_dims, num_heads, qkv_bias=qkv_bias,
+                                       attn_drop=attn_drop_rate, proj_drop=drop_rate)
+        self.norm2 = nn.LayerNorm(embed_dims, eps=norm_eps)
+        self.mlp = Mlp(embed_dims, feedforward_channels, drop=drop_rate)
+        self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, attn_mask=None) -> torch.Tensor:
+        """x: [B, N, D]; attn_mask: see ``MultiheadAttention.forward``."""
+        x = x + self.drop_path(self.attn(self.norm1(x), attn_mask=attn_mask))
+        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        return x
