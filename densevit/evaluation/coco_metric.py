@@ -1,0 +1,216 @@
+"""COCO box AP with pycocotools, as an mmengine metric.
+
+Label ``i`` is ``dataset_meta['cat_ids'][i]`` when the dataset gives it (CocoDataset
+does, also when ``metainfo.classes`` keeps a subset), else the ``i``-th category id
+of the annotation file in ascending id order (COCO ids have gaps). Mapping by id,
+not by name: ``getCatIds(catNms=...)`` returns the file's order, not the order of
+the names asked for.
+"""
+import contextlib
+import copy
+import io
+import json
+import os.path as osp
+
+import numpy as np
+from mmengine.evaluator import BaseMetric
+from mmengine.fileio import dump, get_local_path
+from mmengine.logging import print_log
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from densevit.registry import METRICS
+
+# Index in COCOeval.stats of each returned metric (maxDets [1, 10, 100]).
+_STATS = {'mAP': 0, 'mAP_50': 1, 'mAP_75': 2, 'mAP_s': 3, 'mAP_m': 4, 'mAP_l': 5}
+
+
+def _numpy(x):
+    """Tensor or array-like -> numpy array (on CPU)."""
+    if hasattr(x, 'detach'):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _get(obj, key, default=None):
+    """Field of a DataSample / InstanceData or key of its ``to_dict()`` form."""
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default) if key in obj else default
+
+
+def load_coco_gt(ann_file):
+    """COCO ground truth with the fields COCOeval needs filled on a copy.
+
+    COCOeval reads ``iscrowd`` and ``area`` of every annotation; files made by
+    hand or by converters often omit them (``area`` then defaults to the box area).
+    """
+    with get_local_path(ann_file) as path, open(path) as f:
+        dataset = json.load(f)
+    for ann in dataset.get('annotations', []):
+        ann.setdefault('iscrowd', 0)
+        if 'area' not in ann and 'bbox' in ann:
+            ann['area'] = float(ann['bbox'][2] * ann['bbox'][3])
+    coco = COCO()
+    coco.dataset = dataset
+    with contextlib.redirect_stdout(io.StringIO()):  # "creating index..." chatter
+        coco.createIndex()
+    return coco
+
+
+@METRICS.register_module()
+class CocoMetric(BaseMetric):
+    """COCO bbox mAP (``bbox_mAP``, ``bbox_mAP_50``, ``_75``, ``_s``, ``_m``, ``_l``).
+
+    Args:
+        ann_file (str, optional): COCO instances JSON. Required to evaluate; with
+            ``format_only`` and no file, labels map to ``dataset_meta['cat_ids']``
+            if the dataset gives them, else to ``label + 1``.
+        metric (str | list[str]): only ``'bbox'``.
+        classwise (bool): also log a per-class AP table.
+        format_only (bool): only write ``<outfile_prefix>.bbox.json``; return ``{}``.
+        outfile_prefix (str, optional): where results are written (also when
+            evaluating).
+        collect_device, prefix: see ``mmengine.evaluator.BaseMetric``.
+
+    With no predictions at all, COCOeval is run on an empty result set (loadRes
+    refuses empty lists), so the numbers are COCOeval's own: 0.0 where ground
+    truth exists, -1.0 where an area range has none.
+    """
+
+    default_prefix = 'coco'
+
+    def __init__(self, ann_file=None, metric='bbox', classwise=False, format_only=False,
+                 outfile_prefix=None, collect_device='cpu', prefix=None):
+        super().__init__(collect_device=collect_device, prefix=prefix)
+        metrics = [metric] if isinstance(metric, str) else list(metric)
+        if metrics != ['bbox']:
+            raise KeyError(f"CocoMetric supports metric='bbox' only, got {metric!r}")
+        if format_only and outfile_prefix is None:
+            raise ValueError('format_only=True needs outfile_prefix (where to write results)')
+        if not format_only and ann_file is None:
+            raise ValueError('CocoMetric needs ann_file to evaluate (or format_only=True)')
+        self.ann_file = ann_file
+        self.classwise = classwise
+        self.format_only = format_only
+        self.outfile_prefix = outfile_prefix
+        self.coco_gt = load_coco_gt(ann_file) if ann_file is not None else None
+
+    def _cat_ids(self):
+        """Category id of each label (None: ``label + 1``); also the categories evaluated."""
+        meta_ids = (self.dataset_meta or {}).get('cat_ids')
+        if self.coco_gt is not None:
+            file_ids = sorted(self.coco_gt.getCatIds())
+            if meta_ids is None:
+                return file_ids
+            unknown = [c for c in meta_ids if c not in file_ids]
+            if unknown:
+                raise ValueError(f"dataset_meta['cat_ids'] {unknown} are not categories of "
+                                 f'ann_file {self.ann_file} (ids {file_ids})')
+            return list(meta_ids)
+        if meta_ids is not None:
+            return list(meta_ids)
+        num_classes = len((self.dataset_meta or {}).get('classes', ())) or None
+        print_log('CocoMetric: no ann_file nor dataset_meta["cat_ids"]; writing '
+                  'category_id = label + 1', logger='current')
+        return None if num_classes is None else list(range(1, num_classes + 1))
+
+    def process(self, data_batch, data_samples):
+        """Keep ``img_id`` and the predicted boxes / scores / labels as numpy."""
+        for sample in data_samples:
+            pred = _get(sample, 'pred_instances')
+            if pred is None:
+                raise KeyError('CocoMetric needs pred_instances in every data sample')
+            self.results.append(dict(
+                img_id=int(_get(sample, 'img_id')),
+                bboxes=_numpy(_get(pred, 'bboxes', np.zeros((0, 4)))).reshape(-1, 4),
+                scores=_numpy(_get(pred, 'scores', np.zeros(0))).reshape(-1),
+                labels=_numpy(_get(pred, 'labels', np.zeros(0))).reshape(-1).astype(np.int64)))
+
+    def results_to_coco(self, results, cat_ids):
+        """Per-image results -> COCO results list (xywh box, score, category_id)."""
+        dets = []
+        for res in results:
+            if len(res['labels']) and cat_ids is not None and res['labels'].max() >= len(cat_ids):
+                raise ValueError(f"label {res['labels'].max()} of image {res['img_id']} has no "
+                                 f'category: {len(cat_ids)} categories')
+            boxes = res['bboxes'].astype(np.float64)
+            xywh = np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]], axis=1)
+            for box, score, label in zip(xywh.tolist(), res['scores'].tolist(),
+                                         res['labels'].tolist()):
+                cat = cat_ids[label] if cat_ids is not None else label + 1
+                dets.append(dict(image_id=res['img_id'], bbox=box, score=float(score),
+                                 category_id=int(cat)))
+        return dets
+
+    def compute_metrics(self, results):
+        # Distributed samplers pad the dataset by repeating images: keep the first.
+        unique = {}
+        for res in results:
+            unique.setdefault(res['img_id'], res)
+        results = list(unique.values())
+        cat_ids = self._cat_ids()
+        dets = self.results_to_coco(results, cat_ids)
+
+        if self.outfile_prefix is not None:
+            out_file = f'{self.outfile_prefix}.bbox.json'
+            dump(dets, out_file)
+            print_log(f'CocoMetric: results written to {osp.abspath(out_file)}', logger='current')
+        if self.format_only:
+            return {}
+
+        gt_img_ids = set(self.coco_gt.getImgIds())
+        for img_id in unique:
+            if img_id not in gt_img_ids:
+                raise ValueError(f'CocoMetric: image id {img_id} is not in ann_file '
+                                 f'{self.ann_file}; is the metric given the same annotation '
+                                 'file as the dataset?')
+        coco_eval = self._evaluate(dets, sorted(unique), sorted(cat_ids))
+        metrics = {f'bbox_{name}': float(coco_eval.stats[i]) for name, i in _STATS.items()}
+        if self.classwise:
+            print_log('\n' + self.classwise_table(coco_eval), logger='current')
+        return metrics
+
+    def _evaluate(self, dets, img_ids, cat_ids):
+        """Run COCOeval on the given images and categories; its summary goes to the log."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            if dets:
+                coco_dt = self.coco_gt.loadRes(copy.deepcopy(dets))  # loadRes mutates dicts
+            else:  # loadRes indexes anns[0]: build the empty result set by hand
+                coco_dt = COCO()
+                coco_dt.dataset = dict(images=list(self.coco_gt.dataset['images']),
+                                       categories=copy.deepcopy(self.coco_gt.dataset['categories']),
+                                       annotations=[])
+                coco_dt.createIndex()
+            coco_eval = COCOeval(self.coco_gt, coco_dt, 'bbox')
+            # Only the images seen, so evaluating a subset of the dataset is fair.
+            coco_eval.params.imgIds = img_ids
+            coco_eval.params.catIds = cat_ids  # a class subset is scored on its own classes
+            coco_eval.params.maxDets = [1, 10, 100]
+            coco_eval.evaluate()
+            coco_eval.accumulate()
+            coco_eval.summarize()
+        summary = out.getvalue()
+        summary = summary[summary.find(' Average Precision'):] if 'Average' in summary else summary
+        print_log('\n' + summary, logger='current')
+        return coco_eval
+
+    def classwise_table(self, coco_eval):
+        """Fixed-width table of per-class AP, AP50, AP75 (area all, maxDets 100)."""
+        precision = coco_eval.eval['precision']  # [T iou, R recall, K class, A area, M maxDets]
+        iou_thrs = coco_eval.params.iouThrs
+        names = {c['id']: c['name'] for c in self.coco_gt.dataset['categories']}
+        rows = []
+        for k, cat_id in enumerate(coco_eval.params.catIds):
+            aps = []
+            for t in (slice(None), np.isclose(iou_thrs, 0.5), np.isclose(iou_thrs, 0.75)):
+                p = precision[t, :, k, 0, -1]
+                p = p[p > -1]
+                aps.append(f'{p.mean():.3f}' if p.size else 'nan')
+            rows.append([str(names.get(cat_id, cat_id))] + aps)
+        header = ['category', 'AP', 'AP50', 'AP75']
+        width = max(len(r[0]) for r in rows + [header])
+        lines = [f'{r[0]:<{width}}  ' + '  '.join(f'{v:>6}' for v in r[1:])
+                 for r in [header] + rows]
+        return '\n'.join(lines)
