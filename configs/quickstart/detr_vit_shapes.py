@@ -1,0 +1,81 @@
+# Quickstart: a small ViT + DETR on the procedural shapes data (generated under
+# data/shapes/ on first use), trained on a CPU in about 20 minutes.
+#   python tools/train.py configs/quickstart/detr_vit_shapes.py
+_base_ = ['../_base_/default_runtime.py']
+
+data_root = 'data/shapes/'
+img_size = 128
+shapes = dict(img_size=(img_size, img_size), max_objects=4, min_size=24, max_size=64, seed=0)
+classes = ('circle', 'rectangle', 'triangle')
+
+model = dict(
+    type='DETR',
+    data_preprocessor=dict(
+        type='DetDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+        bgr_to_rgb=True, pad_size_divisor=8),
+    backbone=dict(
+        type='VisionTransformer',
+        arch=dict(embed_dims=128, num_layers=4, num_heads=4, feedforward_channels=512),
+        img_size=img_size, patch_size=8, with_cls_token=False, drop_path_rate=0.0),
+    bbox_head=dict(
+        type='DETRHead', num_classes=3, embed_dims=128, num_queries=20,
+        transformer=dict(num_heads=4, num_encoder_layers=2, num_decoder_layers=3,
+                         feedforward_channels=512, dropout=0.0),
+        criterion=dict(type='SetCriterion',
+                       matcher=dict(type='HungarianMatcher', cost_class=1.0, cost_bbox=5.0,
+                                    cost_giou=2.0),
+                       loss_weights=dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0),
+                       no_object_weight=0.1)))
+
+train_pipeline = [
+    dict(type='LoadImage'),
+    dict(type='LoadDetAnnotations'),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImage'),
+    dict(type='LoadDetAnnotations'),
+    dict(type='PackDetInputs'),
+]
+
+train_dataloader = dict(
+    batch_size=16, num_workers=1, persistent_workers=True,
+    sampler=dict(type='InfiniteSampler', shuffle=True),
+    dataset=dict(
+        type='ShapesDataset', data_root=data_root, metainfo=dict(classes=classes),
+        ann_file='annotations/instances_train.json', data_prefix=dict(img='train/'),
+        filter_cfg=dict(filter_empty_gt=True), pipeline=train_pipeline,
+        generate=dict(shapes, num_images=4000, seed=0)))
+val_dataloader = dict(
+    batch_size=16, num_workers=1, persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(
+        type='ShapesDataset', data_root=data_root, metainfo=dict(classes=classes),
+        ann_file='annotations/instances_val.json', data_prefix=dict(img='val/'),
+        test_mode=True, pipeline=test_pipeline,
+        generate=dict(shapes, num_images=200, seed=1)))
+test_dataloader = val_dataloader
+val_evaluator = dict(type='CocoMetric', ann_file=data_root + 'annotations/instances_val.json')
+test_evaluator = val_evaluator
+
+max_iters = 2400
+train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=400)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+
+optim_wrapper = dict(
+    type='OptimWrapper',
+    optimizer=dict(type='AdamW', lr=2e-4, weight_decay=1e-4),
+    clip_grad=dict(max_norm=0.1, norm_type=2))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=100),
+    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters,
+         milestones=[int(max_iters * 0.8)], gamma=0.1),
+]
+
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=20),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=400, max_keep_ckpts=2))
+log_processor = dict(by_epoch=False)
+randomness = dict(seed=0)

@@ -1,0 +1,166 @@
+"""COCO-format detection data set (COCO 2017 or any file in the same format).
+
+``load_data_list`` returns one dict per image::
+
+    dict(img_path=str, img_id=int, height=int, width=int,
+         instances=[dict(bbox=[x1, y1, x2, y2],  # float, absolute pixels, inside the image
+                         bbox_label=int,         # contiguous 0..K-1
+                         ignore_flag=0 or 1)])   # 1 for crowd boxes: never matched, never penalised
+
+Labels follow ascending category id: ``label = cat_ids.index(category_id)``.
+"""
+import json
+import logging
+import os.path as osp
+
+from mmengine.dataset import BaseDataset
+from mmengine.logging import print_log
+from pycocotools.coco import COCO
+
+from densevit.registry import DATASETS
+
+REQUIRED_KEYS = dict(file=('images', 'annotations', 'categories'),
+                     image=('id', 'file_name', 'width', 'height'),
+                     annotation=('id', 'image_id', 'category_id', 'bbox'),
+                     category=('id', 'name'))
+
+
+def _check_keys(items, kind, ann_file):
+    for i, item in enumerate(items):
+        missing = [k for k in REQUIRED_KEYS[kind] if k not in item]
+        if missing:
+            raise ValueError(f'{ann_file}: {kind} #{i} has no key {missing[0]!r} '
+                           f'(a COCO {kind} needs {", ".join(REQUIRED_KEYS[kind])})')
+
+
+def load_coco_json(ann_file):
+    """Read and validate a COCO annotation file; return a ``pycocotools.coco.COCO``.
+
+    Raises FileNotFoundError or ValueError whose message names the file.
+    """
+    if not osp.isfile(ann_file):
+        raise FileNotFoundError(
+            f'COCO annotation file not found: {ann_file}. Download COCO 2017 and place it '
+            'under data/coco/ (see README), or point ann_file / data_root at your own '
+            'COCO-format JSON.')
+    try:
+        with open(ann_file) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f'{ann_file} is not valid JSON: {e}') from None
+    if not isinstance(data, dict):
+        raise ValueError(f'{ann_file}: expected a JSON object with keys images / annotations / '
+                         f'categories, got {type(data).__name__}')
+    _check_keys([data], 'file', ann_file)
+    for kind in ('image', 'annotation', 'category'):
+        _check_keys(data['categories' if kind == 'category' else kind + 's'], kind, ann_file)
+    cat_ids = {c['id'] for c in data['categories']}
+    img_ids = {img['id'] for img in data['images']}
+    for ann in data['annotations']:
+        if ann['category_id'] not in cat_ids:
+            raise ValueError(f'{ann_file}: annotation {ann["id"]} has category_id '
+                             f'{ann["category_id"]}, which is not in "categories" '
+                             f'(ids {sorted(cat_ids)})')
+        if ann['image_id'] not in img_ids:
+            raise ValueError(f'{ann_file}: annotation {ann["id"]} has image_id {ann["image_id"]}, '
+                             'which is not in "images"')
+        if len(ann['bbox']) != 4:
+            raise ValueError(f'{ann_file}: annotation {ann["id"]} bbox must be [x, y, w, h], '
+                             f'got {ann["bbox"]}')
+    coco = COCO()  # built from the parsed dict: the file is read once
+    coco.dataset = data
+    coco.createIndex()
+    return coco
+
+
+@DATASETS.register_module()
+class CocoDataset(BaseDataset):
+    """COCO-format detection data set.
+
+    Args:
+        ann_file (str): annotation JSON, relative to ``data_root`` unless absolute.
+        data_root (str): root joined to ``ann_file`` and ``data_prefix``.
+        data_prefix (dict): ``dict(img='train2017/')``: the image folder.
+        filter_cfg (dict, optional): ``dict(filter_empty_gt=True, min_size=32)`` drops
+            (outside ``test_mode``) images without non-ignored boxes, and images whose
+            shorter side is below ``min_size`` pixels. None keeps every image.
+        metainfo (dict, optional): ``dict(classes=(...))`` keeps only these categories
+            (by name); labels still follow ascending category id.
+        **kwargs: the rest of ``mmengine.dataset.BaseDataset`` (pipeline, test_mode,
+            lazy_init, indices, serialize_data, max_refetch).
+
+    After loading: ``cat_ids`` (ascending), ``cat2label`` {category id: label},
+    ``label2cat`` {label: category id}; ``metainfo['classes']`` (names, label order)
+    and ``metainfo['cat_ids']`` (ids, label order, for mapping predictions back).
+    """
+
+    METAINFO = dict(classes=None)  # read from the annotation file
+
+    def __init__(self, ann_file='', data_root='', data_prefix=dict(img=''), filter_cfg=None,
+                 metainfo=None, **kwargs):
+        super().__init__(ann_file=ann_file, data_root=data_root, data_prefix=data_prefix,
+                         filter_cfg=filter_cfg, metainfo=metainfo, **kwargs)
+
+    def load_data_list(self):
+        coco = load_coco_json(self.ann_file)
+        categories = sorted(coco.dataset['categories'], key=lambda c: c['id'])
+        wanted = self._metainfo.get('classes')
+        if wanted is not None:
+            names = {c['name'] for c in categories}
+            unknown = [n for n in wanted if n not in names]
+            if unknown:
+                raise ValueError(f'classes {unknown} are not categories of {self.ann_file} '
+                                 f'(it has {sorted(names)})')
+            categories = [c for c in categories if c['name'] in set(wanted)]
+        self.cat_ids = [c['id'] for c in categories]
+        self.cat2label = {cat_id: label for label, cat_id in enumerate(self.cat_ids)}
+        self.label2cat = {label: cat_id for cat_id, label in self.cat2label.items()}
+        self._metainfo.update(classes=tuple(c['name'] for c in categories),
+                              cat_ids=tuple(self.cat_ids))
+
+        if not coco.imgs:
+            raise ValueError(f'{self.ann_file} has no images')
+        data_list, clipped, dropped = [], 0, 0
+        for img_id in sorted(coco.imgs):
+            img = coco.imgs[img_id]
+            w, h = img['width'], img['height']
+            instances = []
+            for ann in coco.imgToAnns.get(img_id, []):
+                if ann['category_id'] not in self.cat2label:
+                    continue  # a category left out by metainfo['classes']
+                x, y, bw, bh = map(float, ann['bbox'])
+                box = [min(max(x, 0.), w), min(max(y, 0.), h),
+                       min(max(x + bw, 0.), w), min(max(y + bh, 0.), h)]
+                if box[2] <= box[0] or box[3] <= box[1]:
+                    dropped += 1
+                    continue
+                clipped += box != [x, y, x + bw, y + bh]
+                ignore = ann.get('iscrowd', 0) or ann.get('ignore', False)
+                instances.append(dict(bbox=box, bbox_label=self.cat2label[ann['category_id']],
+                                      ignore_flag=int(bool(ignore))))
+            img_path = osp.join(self.data_prefix.get('img', ''), img['file_name'])
+            data_list.append(dict(img_path=img_path, img_id=img_id, height=h, width=w,
+                                  instances=instances))
+        if clipped or dropped:
+            # one line per file: a per-box warning would flood the log on real data
+            print_log(f'{self.ann_file}: clipped {clipped} boxes to their image, dropped {dropped} '
+                      'boxes with zero or negative width/height after clipping',
+                      logger='current', level=logging.WARNING)
+        return data_list
+
+    def filter_data(self):
+        if self.test_mode or not self.filter_cfg:
+            return self.data_list
+        filter_empty = self.filter_cfg.get('filter_empty_gt', False)
+        min_size = self.filter_cfg.get('min_size', 0)
+        kept = [d for d in self.data_list
+                if min(d['width'], d['height']) >= min_size
+                and not (filter_empty and all(i['ignore_flag'] for i in d['instances']))]
+        if self.data_list and not kept:  # mmengine would fail later with a cryptic numpy error
+            raise ValueError(f'{self.ann_file}: none of its {len(self.data_list)} images is left '
+                             f'after filtering with filter_cfg={self.filter_cfg}')
+        return kept
+
+    def get_cat_ids(self, idx):
+        """Labels (0..K-1) of the instances of image ``idx`` (for class-aware samplers)."""
+        return [i['bbox_label'] for i in self.get_data_info(idx)['instances']]

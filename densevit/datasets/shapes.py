@@ -1,0 +1,254 @@
+"""Procedural shapes: circles, rectangles and triangles on textured backgrounds, in COCO format.
+
+A detection data set that needs no download, renders in seconds and is
+deterministic: the same ``seed`` gives byte-identical PNGs and JSON. Layout
+written by :func:`generate_shapes` (the layout COCO itself uses)::
+
+    out_dir/<split>/000000.png ...
+    out_dir/annotations/instances_<split>.json
+
+Rendering draws every shape as an exact (not anti-aliased) boolean mask, then
+composites the masks back to front, so each pixel belongs to exactly one shape
+or to the background. A box is the extent of the *visible* mask; the same
+masks give a per-pixel class map (``render_image(...)['class_map']``) for
+segmentation.
+"""
+import contextlib
+import json
+import logging
+import os
+import os.path as osp
+import shutil
+import tempfile
+import zlib
+
+import cv2
+import numpy as np
+from mmengine.logging import print_log
+
+from densevit.datasets.coco import CocoDataset
+from densevit.registry import DATASETS
+
+CATEGORIES = [dict(id=1, name='circle'), dict(id=2, name='rectangle'), dict(id=3, name='triangle')]
+MIN_VISIBLE = 0.5  # a new shape may hide at most half of any shape already drawn
+PLACEMENT_TRIES = 10
+
+
+def _background(rng, h, w, kind):
+    """A [H, W, 3] uint8 BGR background: smooth noise, stripes or a gradient (or flat)."""
+    c0, c1 = rng.integers(0, 256, size=(2, 3)).astype(np.float32)
+    if kind == 'flat':
+        return np.broadcast_to(c0.astype(np.uint8), (h, w, 3)).copy()
+    style = rng.integers(3)
+    if style == 0:  # smooth noise: a coarse random grid upsampled bicubically
+        grid = rng.random((int(rng.integers(3, 9)), int(rng.integers(3, 9))), dtype=np.float32)
+        t = np.clip(cv2.resize(grid, (w, h), interpolation=cv2.INTER_CUBIC), 0, 1)
+    else:
+        ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
+        angle = rng.uniform(0, np.pi)
+        proj = xs * np.cos(angle) + ys * np.sin(angle)
+        if style == 1:  # stripes
+            period = rng.uniform(6, max(7, min(h, w) / 3))
+            t = 0.5 + 0.5 * np.sin(2 * np.pi * proj / period + rng.uniform(0, 2 * np.pi))
+        else:  # linear gradient
+            t = (proj - proj.min()) / max(proj.max() - proj.min(), 1e-6)
+    img = c0 + t[..., None] * (c1 - c0)
+    img += rng.normal(0, 6, size=img.shape).astype(np.float32)  # grain, so no region is flat
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _shape_mask(rng, category_id, h, w, min_size, max_size):
+    """Boolean [H, W] mask of one shape of about ``size`` pixels, centred inside the image."""
+    mask = np.zeros((h, w), np.uint8)
+    size = int(rng.integers(min_size, max_size + 1))
+    cx, cy = int(rng.integers(0, w)), int(rng.integers(0, h))
+    if category_id == 1:
+        cv2.circle(mask, (cx, cy), max(size // 2, 1), 1, thickness=-1, lineType=cv2.LINE_8)
+    elif category_id == 2:
+        rw, rh = size, max(int(size * rng.uniform(0.4, 1.0)), 2)
+        if rng.random() < 0.5:
+            rw, rh = rh, rw
+        cv2.rectangle(mask, (cx - rw // 2, cy - rh // 2), (cx + (rw - 1) // 2, cy + (rh - 1) // 2),
+                      1, thickness=-1, lineType=cv2.LINE_8)
+    else:
+        # vertices roughly evenly spread on a circle: jitter keeps triangles varied but not slivers
+        angles = (rng.uniform(0, 2 * np.pi) + np.arange(3) * 2 * np.pi / 3
+                  + rng.uniform(-0.4, 0.4, 3))
+        pts = np.stack([cx + size / 2 * np.cos(angles), cy + size / 2 * np.sin(angles)], axis=1)
+        cv2.fillPoly(mask, [np.round(pts).astype(np.int32)], 1, lineType=cv2.LINE_8)
+    return mask.astype(bool)
+
+
+def _contrasting_colour(rng, under):
+    """A random BGR colour far (in L2) from the mean colour of the pixels it covers."""
+    for _ in range(20):
+        colour = rng.integers(0, 256, size=3)
+        if np.linalg.norm(colour - under) >= 100:
+            break
+    return colour.astype(np.uint8)
+
+
+def render_image(rng, img_size, max_objects=6, min_size=8, max_size=48, background='texture'):
+    """Render one image.
+
+    Args:
+        rng (np.random.Generator): the only source of randomness.
+        img_size (tuple[int, int]): (H, W).
+        background (str): 'texture' (noise / stripes / gradient) or 'flat' (one colour).
+
+    Returns:
+        dict: ``img`` uint8 [H, W, 3] BGR; ``class_map`` uint8 [H, W] category id per
+        pixel (0 = background); ``shapes``: list of dict(category_id, mask=bool [H, W]
+        visible pixels), back to front, every mask non-empty.
+    """
+    h, w = img_size
+    img = _background(rng, h, w, background)
+    owner = np.zeros((h, w), np.uint8)  # index + 1 of the shape on top, 0 = background
+    shapes = []
+    for _ in range(int(rng.integers(1, max_objects + 1))):
+        for _ in range(PLACEMENT_TRIES):
+            category_id = int(rng.integers(1, len(CATEGORIES) + 1))
+            mask = _shape_mask(rng, category_id, h, w, min_size, max_size)
+            # overlaps are allowed, but every earlier shape must stay mostly visible
+            if mask.any() and all(
+                    np.count_nonzero((owner == i + 1) & ~mask) >= MIN_VISIBLE * s['area']
+                    for i, s in enumerate(shapes)):
+                break
+        else:
+            continue
+        img[mask] = _contrasting_colour(rng, img[mask].reshape(-1, 3).mean(0))
+        owner[mask] = len(shapes) + 1
+        shapes.append(dict(category_id=category_id, area=int(mask.sum())))
+    lut = np.array([0] + [s['category_id'] for s in shapes], np.uint8)
+    for i, s in enumerate(shapes):
+        s['mask'] = owner == i + 1
+        del s['area']
+    shapes = [s for s in shapes if s['mask'].any()]
+    return dict(img=img, class_map=lut[owner], shapes=shapes)
+
+
+def mask_to_xywh(mask):
+    """Tight COCO box [x, y, w, h] (pixel-extent: a single pixel is 1x1) of a non-empty mask."""
+    ys, xs = np.nonzero(mask)
+    x0, y0 = int(xs.min()), int(ys.min())
+    return [x0, y0, int(xs.max()) + 1 - x0, int(ys.max()) + 1 - y0]
+
+
+def generate_shapes(out_dir, split, num_images, img_size=(128, 128), seed=0, max_objects=6,
+                    min_size=None, max_size=None, background='texture'):
+    """Write one split of the shapes data set in COCO format; return the annotation file path.
+
+    Args:
+        out_dir (str): root; writes ``<split>/NNNNNN.png`` and
+            ``annotations/instances_<split>.json``.
+        split (str): split name, e.g. 'train'. It is mixed into the seed, so train and
+            val generated with the same ``seed`` still differ.
+        num_images (int): number of images.
+        img_size (tuple[int, int]): (H, W) of every image.
+        seed (int): same seed (and arguments) -> byte-identical output.
+        max_objects (int): 1..max_objects shapes are placed per image (fewer if they do not fit).
+        min_size, max_size (int, optional): shape diameter range in pixels; default to
+            ``min(H, W) // 10`` (at least 6) and ``min(H, W) // 2``.
+        background (str): 'texture' or 'flat'.
+    """
+    h, w = img_size
+    min_size = min_size or max(min(h, w) // 10, 6)
+    max_size = max(max_size or min(h, w) // 2, min_size)
+    img_dir, ann_dir = osp.join(out_dir, split), osp.join(out_dir, 'annotations')
+    os.makedirs(img_dir, exist_ok=True)
+    os.makedirs(ann_dir, exist_ok=True)
+    images, annotations = [], []
+    split_key = zlib.crc32(split.encode())  # stable across processes, unlike hash()
+    for idx in range(num_images):
+        # one generator per image: any image can be re-rendered alone
+        rng = np.random.default_rng([seed, split_key, idx])
+        out = render_image(rng, img_size, max_objects, min_size, max_size, background)
+        file_name = f'{idx:06d}.png'
+        cv2.imwrite(osp.join(img_dir, file_name), out['img'])
+        images.append(dict(id=idx + 1, file_name=file_name, width=w, height=h))
+        for shape in out['shapes']:
+            annotations.append(dict(id=len(annotations) + 1, image_id=idx + 1,
+                                    category_id=shape['category_id'],
+                                    bbox=mask_to_xywh(shape['mask']),
+                                    area=int(shape['mask'].sum()), iscrowd=0))
+    ann_file = osp.join(ann_dir, f'instances_{split}.json')
+    with open(ann_file, 'w') as f:
+        json.dump(dict(images=images, annotations=annotations, categories=CATEGORIES), f)
+    return ann_file
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path):
+    """Hold an exclusive lock on ``lock_path``; other processes block until it is released.
+
+    flock is released by the OS if the holder dies, so a crashed rank never
+    leaves a stale lock. Without fcntl (Windows) this does not lock; the
+    rename-into-place below still keeps a half-written split invisible.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(lock_path, 'a') as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_shapes_split(ann_file, img_dir=None, **generate):
+    """Generate the split behind ``ann_file`` (``<root>/annotations/instances_<split>.json``) once.
+
+    Safe when several processes (torchrun ranks) call it at once: one generates
+    into a temporary folder under ``<root>`` and renames the result into place,
+    the annotation file last (its presence means "complete"); the others wait
+    on a lock and then find the file.
+    """
+    ann_dir, name = osp.split(osp.abspath(ann_file))
+    root = osp.dirname(ann_dir)
+    if (not (name.startswith('instances_') and name.endswith('.json'))
+            or osp.basename(ann_dir) != 'annotations'):
+        raise ValueError(f'cannot generate {ann_file}: a shapes annotation file must be '
+                         '<root>/annotations/instances_<split>.json')
+    split = name[len('instances_'):-len('.json')]
+    if img_dir is not None and osp.abspath(img_dir) != osp.join(root, split):
+        raise ValueError(f'shapes split {split!r} writes its images to {osp.join(root, split)}, '
+                         f'but data_prefix points at {img_dir}')
+    os.makedirs(ann_dir, exist_ok=True)
+    with _exclusive(osp.join(ann_dir, f'.{name}.lock')):
+        if osp.isfile(ann_file):
+            return  # another process generated it while we waited
+        tmp = tempfile.mkdtemp(prefix=f'.{split}-', dir=root)
+        try:
+            generate_shapes(tmp, split, **generate)
+            if osp.isdir(osp.join(root, split)):
+                shutil.rmtree(osp.join(root, split))  # left by a run killed mid-way
+            os.replace(osp.join(tmp, split), osp.join(root, split))
+            os.replace(osp.join(tmp, 'annotations', name), ann_file)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print_log(f'generated shapes split {split!r}: {ann_file}', logger='current', level=logging.INFO)
+
+
+@DATASETS.register_module()
+class ShapesDataset(CocoDataset):
+    """:class:`CocoDataset` over procedural shapes, generated on first use.
+
+    Args:
+        generate (dict, optional): arguments of :func:`generate_shapes` except
+            ``out_dir`` / ``split`` (``num_images`` required), used when ``ann_file``
+            does not exist. ``ann_file`` must then be ``<root>/annotations/instances_<split>.json``
+            and ``data_prefix['img']`` ``<root>/<split>/``. None: never generate.
+        **kwargs: as :class:`CocoDataset`.
+    """
+
+    def __init__(self, *args, generate=None, **kwargs):
+        self.generate = generate
+        super().__init__(*args, **kwargs)
+
+    def load_data_list(self):
+        if self.generate is not None and not osp.isfile(self.ann_file):
+            ensure_shapes_split(self.ann_file, self.data_prefix.get('img') or None, **self.generate)
+        return super().load_data_list()

@@ -1,0 +1,68 @@
+"""Loading: images (with errors that name the file) and detection annotations as arrays.
+
+Importing this module also registers mmcv's transforms (``LoadImageFromFile``,
+``Resize``, ``RandomFlip``, ``RandomChoiceResize``, ``RandomChoice``...) in
+mmengine's root TRANSFORMS, which is how ``type='RandomFlip'`` resolves from scope
+``densevit``: our registry falls back to its parent. The registry imports this
+module lazily, so configs need nothing extra.
+"""
+import mmcv
+import mmcv.transforms  # noqa: F401  (registers mmcv's transforms, see above)
+import numpy as np
+from mmcv.transforms import BaseTransform, LoadImageFromFile
+from mmengine import fileio
+
+from densevit.registry import TRANSFORMS
+
+
+@TRANSFORMS.register_module()
+class LoadImage(LoadImageFromFile):
+    """mmcv's ``LoadImageFromFile`` whose failures say which file and what went wrong.
+
+    Adds ``img`` (uint8 [H, W, 3] BGR unless ``color_type``/``to_float32`` say
+    otherwise), ``img_shape`` and ``ori_shape`` (h, w). A missing file raises
+    ``FileNotFoundError('image not found: PATH')``, an undecodable one
+    ``ValueError('cannot decode image: PATH')`` (mmcv's own check is an
+    ``assert``, gone under ``python -O``). With ``ignore_empty=True`` both return
+    None instead, so the dataset picks another image.
+    """
+
+    def transform(self, results):
+        path = results['img_path']
+        try:
+            img_bytes = fileio.get(path, backend_args=self.backend_args)
+        except FileNotFoundError:
+            if self.ignore_empty:
+                return None
+            raise FileNotFoundError(f'image not found: {path}') from None
+        try:
+            img = mmcv.imfrombytes(img_bytes, flag=self.color_type, backend=self.imdecode_backend)
+        except Exception:  # pillow / turbojpeg backends raise, cv2 returns None
+            img = None
+        if img is None:
+            if self.ignore_empty:
+                return None
+            raise ValueError(f'cannot decode image: {path} (corrupt or not an image)')
+        if self.to_float32:
+            img = img.astype(np.float32)
+        results['img'] = img
+        results['img_shape'] = img.shape[:2]
+        results['ori_shape'] = img.shape[:2]
+        return results
+
+
+@TRANSFORMS.register_module()
+class LoadDetAnnotations(BaseTransform):
+    """``results['instances']`` (see CocoDataset) -> arrays.
+
+    Adds ``gt_bboxes`` float32 [N, 4] xyxy pixels, ``gt_bboxes_labels`` int64 [N],
+    ``gt_ignore_flags`` bool [N] (N = 0 gives correctly shaped empty arrays).
+    """
+
+    def transform(self, results):
+        instances = results.get('instances', [])
+        results['gt_bboxes'] = np.array([i['bbox'] for i in instances], np.float32).reshape(-1, 4)
+        results['gt_bboxes_labels'] = np.array([i['bbox_label'] for i in instances], np.int64)
+        results['gt_ignore_flags'] = np.array(
+            [bool(i.get('ignore_flag', 0)) for i in instances], bool)
+        return results

@@ -1,0 +1,33 @@
+"""What mmengine's launcher needs on a machine without CUDA.
+
+``launcher='pytorch'`` makes mmengine call ``torch.cuda.set_device`` and wrap the
+model in DDP with ``device_ids=[LOCAL_RANK]``; both fail on a CPU build. Starting the
+process group with gloo first (mmengine then skips its own init) and wrapping with
+``device_ids=None`` runs the same code on CPU processes.
+"""
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def setup_launcher(cfg, launcher):
+    """Set ``cfg.launcher`` and, on CPU, initialise gloo and a CPU-friendly DDP wrapper."""
+    cfg.launcher = launcher
+    if launcher == 'none':
+        return cfg
+    if launcher == 'slurm' and 'RANK' not in os.environ:
+        # srun gives SLURM_* variables; torch.distributed reads RANK / WORLD_SIZE / MASTER_*
+        os.environ.setdefault('RANK', os.environ.get('SLURM_PROCID', '0'))
+        os.environ.setdefault('WORLD_SIZE', os.environ.get('SLURM_NTASKS', '1'))
+        os.environ.setdefault('LOCAL_RANK', os.environ.get('SLURM_LOCALID', '0'))
+        os.environ.setdefault('MASTER_PORT', os.environ.get('PORT', '29500'))
+    if torch.cuda.is_available():
+        return cfg
+    if not dist.is_initialized():
+        os.environ.setdefault('MASTER_ADDR', '127.0.0.1')
+        dist.init_process_group(backend='gloo')
+    wrapper = dict(cfg.get('model_wrapper_cfg') or dict(type='MMDistributedDataParallel'))
+    wrapper['device_ids'] = None
+    cfg.model_wrapper_cfg = wrapper
+    return cfg

@@ -1,0 +1,57 @@
+"""Check, before a run starts, that the files a config names exist.
+
+A missing dataset or checkpoint otherwise surfaces minutes later as a traceback
+from deep inside a data loader or weight loader; here it is one line saying what
+is missing and where it goes.
+"""
+import os.path as osp
+
+
+class MissingInputError(FileNotFoundError):
+    """A dataset or checkpoint named by the config is not on disk."""
+
+
+def _walk(node, path=''):
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _walk(v, f'{path}.{k}' if path else str(k))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            yield from _walk(v, f'{path}[{i}]')
+
+
+def _is_remote(path):
+    return '://' in str(path)
+
+
+def missing_inputs(cfg, resume=False):
+    """Messages, one per missing annotation file or checkpoint named in ``cfg``."""
+    problems, seen = [], set()
+    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        loader = cfg.get(key)
+        if not loader:
+            continue
+        for path, node in _walk(loader.get('dataset', {}), f'{key}.dataset'):
+            ann = node.get('ann_file')
+            if not ann or node.get('generate'):
+                continue  # generated datasets make their own files
+            full = osp.join(node.get('data_root') or '', ann)
+            if not osp.exists(full) and full not in seen:
+                seen.add(full)
+                problems.append(
+                    f'annotation file not found: {full} (from {path}.ann_file). Put the dataset '
+                    f"under {node.get('data_root') or '.'} in the standard layout (see README), "
+                    f'or point data_root / ann_file at it with --cfg-options.')
+    for path, node in _walk(cfg.get('model', {}), 'model'):
+        if node.get('type') == 'Pretrained' and node.get('checkpoint'):
+            ckpt = node['checkpoint']
+            if not _is_remote(ckpt) and not osp.exists(ckpt):
+                problems.append(
+                    f'pretrained checkpoint not found: {ckpt} (from {path}.checkpoint). Put the '
+                    f'weights there (see README, "Pretrained weights"), or train from scratch '
+                    f'with --cfg-options {path}=None.')
+    load_from = cfg.get('load_from')
+    if load_from and not resume and not _is_remote(load_from) and not osp.exists(load_from):
+        problems.append(f'checkpoint not found: {load_from} (from load_from).')
+    return problems

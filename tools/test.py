@@ -1,0 +1,62 @@
+"""Evaluate a checkpoint: ``python tools/test.py CONFIG CHECKPOINT [--out F] [--show-dir D]``."""
+import argparse
+import os
+import os.path as osp
+import sys
+
+from mmengine.config import Config, DictAction
+from mmengine.evaluator import DumpResults
+from mmengine.runner import Runner
+
+import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
+from densevit.engine.launch import setup_launcher
+from densevit.engine.preflight import missing_inputs
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description='Test (and evaluate) a model')
+    p.add_argument('config', help='config file')
+    p.add_argument('checkpoint', help='checkpoint file')
+    p.add_argument('--work-dir', help='where logs and metrics go')
+    p.add_argument('--out', help='dump the raw predictions to this .pkl file')
+    p.add_argument('--show-dir', help='write a PNG per image with its predictions to '
+                   'WORK_DIR/TIMESTAMP/SHOW_DIR')
+    p.add_argument('--score-thr', type=float, default=0.3, help='drawing threshold for --show-dir')
+    p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
+    p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
+    p.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = p.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = Config.fromfile(args.config)
+    cfg.merge_from_dict(args.cfg_options)
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg.load_from = args.checkpoint
+    if args.show_dir:
+        vis = cfg.default_hooks.visualization
+        vis.draw, vis.test_out_dir, vis.score_thr = True, args.show_dir, args.score_thr
+    cfg = setup_launcher(cfg, args.launcher)
+    problems = missing_inputs(cfg)
+    if not osp.exists(args.checkpoint):
+        problems.append(f'checkpoint not found: {args.checkpoint}')
+    if problems:
+        for line in problems:
+            print(f'densevit: {line}', file=sys.stderr)
+        return 1
+    runner = Runner.from_cfg(cfg)
+    if args.out:
+        if not args.out.endswith(('.pkl', '.pickle')):
+            print('densevit: --out must end with .pkl or .pickle', file=sys.stderr)
+            return 1
+        runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
+    runner.test()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
