@@ -41,18 +41,16 @@ def main(argv=None):
         vis = cfg.default_hooks.visualization
         vis.draw, vis.test_out_dir, vis.score_thr = True, args.show_dir, args.score_thr
     cfg = setup_launcher(cfg, args.launcher)
-    problems = missing_inputs(cfg)
-    if not osp.exists(args.checkpoint):
-        problems.append(f'checkpoint not found: {args.checkpoint}')
+    # only the test split is read; the checkpoint is checked as load_from
+    problems = missing_inputs(cfg, loaders=('test_dataloader',))
+    if args.out and not args.out.endswith(('.pkl', '.pickle')):
+        problems.append(f'--out must end with .pkl or .pickle: {args.out}')
     if problems:
         for line in problems:
             print(f'densevit: {line}', file=sys.stderr)
         return 1
     runner = Runner.from_cfg(cfg)
     if args.out:
-        if not args.out.endswith(('.pkl', '.pickle')):
-            print('densevit: --out must end with .pkl or .pickle', file=sys.stderr)
-            return 1
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     runner.test()
     return 0

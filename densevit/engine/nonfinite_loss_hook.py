@@ -26,7 +26,8 @@ class NonFiniteLossHook(Hook):
             return
         value = float(loss.detach()) if hasattr(loss, 'detach') else float(loss)
         if not math.isfinite(value):
-            parts = ', '.join(f'{k}={float(v):.4g}' for k, v in outputs.items())
+            parts = ', '.join(f'{k}={float(v.detach() if hasattr(v, "detach") else v):.4g}'
+                              for k, v in outputs.items())
             raise NonFiniteLossError(
                 f'Training stopped: the loss is {value} at iteration {runner.iter + 1} '
                 f'(epoch {runner.epoch + 1}): {parts}. Lower the learning rate, check the '

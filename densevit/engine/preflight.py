@@ -25,10 +25,17 @@ def _is_remote(path):
     return '://' in str(path)
 
 
-def missing_inputs(cfg, resume=False):
-    """Messages, one per missing annotation file or checkpoint named in ``cfg``."""
+def missing_inputs(cfg, resume=False,
+                   loaders=('train_dataloader', 'val_dataloader', 'test_dataloader')):
+    """Messages, one per missing annotation file or checkpoint named in ``cfg``.
+
+    Args:
+        resume (bool): ``load_from`` is the checkpoint to resume from.
+        loaders (tuple[str]): the data loaders the run will build (a test needs
+            only ``test_dataloader``).
+    """
     problems, seen = [], set()
-    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+    for key in loaders:
         loader = cfg.get(key)
         if not loader:
             continue
@@ -52,6 +59,7 @@ def missing_inputs(cfg, resume=False):
                     f'weights there (see README, "Pretrained weights"), or train from scratch '
                     f'with --cfg-options {path}=None.')
     load_from = cfg.get('load_from')
-    if load_from and not resume and not _is_remote(load_from) and not osp.exists(load_from):
-        problems.append(f'checkpoint not found: {load_from} (from load_from).')
+    if load_from and not _is_remote(load_from) and not osp.exists(load_from):
+        source = '--resume' if resume else 'load_from'
+        problems.append(f'checkpoint not found: {load_from} (from {source}).')
     return problems

@@ -16,11 +16,14 @@ class TrainingClockHook(Hook):
 
     Each validation appends a row ``minutes, iter, <metrics...>`` to
     ``<work_dir>/<out_file>``: the data behind "AP versus minutes" curves.
+    ``stop_at=dict(key=..., value=...)`` also stops once a metric reaches a value.
     """
 
     priority = 'LOW'
 
-    def __init__(self, budget_minutes=None, eval_every_minutes=None, out_file='training_clock.csv'):
+    def __init__(self, budget_minutes=None, eval_every_minutes=None, out_file='training_clock.csv',
+                 stop_at=None):
+        self.stop_at = stop_at
         self.budget = None if budget_minutes is None else budget_minutes * 60.0
         self.every = None if eval_every_minutes is None else eval_every_minutes * 60.0
         self.out_file = out_file
@@ -53,8 +56,13 @@ class TrainingClockHook(Hook):
         if (due or over_budget) and runner.val_loop is not None:
             while self._next_eval is not None and self._next_eval <= self.train_seconds:
                 self._next_eval += self.every
-            runner.val_loop.run()
+            metrics = runner.val_loop.run()
             runner.model.train()
+            if self.stop_at and metrics.get(self.stop_at['key'], -1) >= self.stop_at['value']:
+                print_log(f"TrainingClockHook: {self.stop_at['key']} reached "
+                          f"{metrics[self.stop_at['key']]:.3f} after {self.train_seconds / 60:.1f} "
+                          f'training minutes, iteration {runner.iter}; stopping.', logger='current')
+                runner.train_loop.stop_training = True
         if over_budget:
             print_log(f'TrainingClockHook: {self.train_seconds / 60:.1f} training minutes reached '
                       f'at iteration {runner.iter + 1}; stopping.', logger='current')

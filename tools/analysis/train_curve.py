@@ -48,6 +48,9 @@ def main(argv=None):
     p.add_argument('--work-dir', default='work_dirs/train_curve')
     p.add_argument('--plot-only', nargs='+', help='draw existing runs into --out')
     p.add_argument('--out', help='PNG path (default: <work-dir>/curve.png)')
+    p.add_argument('--stop-at', nargs=2, metavar=('KEY', 'VALUE'),
+                   help='also stop once a validation metric reaches VALUE, '
+                        'e.g. --stop-at coco/bbox_mAP_50 0.9')
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     args = p.parse_args(argv)
     if args.plot_only:
@@ -63,8 +66,12 @@ def main(argv=None):
                                         save_last=True)
     cfg.custom_hooks = list(cfg.get('custom_hooks', [])) + [
         dict(type='TrainingClockHook', budget_minutes=args.minutes,
-             eval_every_minutes=args.eval_every)]
-    Runner.from_cfg(cfg).train()
+             eval_every_minutes=args.eval_every,
+             stop_at=dict(key=args.stop_at[0], value=float(args.stop_at[1])) if args.stop_at else None)]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    # the clock stops the loop early, so CheckpointHook's save_last never sees a last iteration
+    runner.save_checkpoint(args.work_dir, f'iter_{runner.iter}.pth')
     plot([args.work_dir], args.out or osp.join(args.work_dir, 'curve.png'))
     return 0
 

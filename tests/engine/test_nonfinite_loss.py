@@ -1,0 +1,81 @@
+"""NonFiniteLossHook: a NaN / inf loss stops training with an error naming the iteration."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from mmengine.model import BaseModel
+from torch import nn
+
+from densevit.engine.nonfinite_loss_hook import NonFiniteLossError, NonFiniteLossHook
+from densevit.registry import MODELS
+from tiny_run import load_tool, unique_names, write_config
+
+
+@MODELS.register_module(force=True)
+class LossTurnsNaN(BaseModel):
+    """One weight; its loss is finite until the ``nan_from``-th training step, then NaN."""
+
+    def __init__(self, nan_from=3, data_preprocessor=None):
+        super().__init__(data_preprocessor=data_preprocessor)
+        self.weight = nn.Parameter(torch.ones(()))
+        self.nan_from = nan_from
+        self.steps = 0
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        out = self.weight * inputs.float().mean()
+        if mode != 'loss':
+            return out
+        self.steps += 1
+        return dict(loss_fake=out * (math.nan if self.steps >= self.nan_from else 1.0))
+
+
+NAN_MODEL = """
+model = dict(_delete_=True, type='LossTurnsNaN', nan_from=3,
+             data_preprocessor=dict(type='DetDataPreprocessor', pad_size_divisor=8))
+"""
+
+
+def test_training_stops_at_the_first_nan_iteration(tmp_path):
+    config = write_config(tmp_path, extra=NAN_MODEL)
+    train_tool = load_tool('tools/train.py')
+    with pytest.raises(NonFiniteLossError, match=r'iteration 3\b') as info:
+        train_tool.main([config, '--work-dir', str(tmp_path / 'work'), '--cfg-options',
+                         'train_cfg.max_iters=6', *unique_names()])
+    assert 'loss is nan' in str(info.value) and 'loss_fake=nan' in str(info.value)
+    # stopped before anything else ran on the bad step: the iteration-2 checkpoint is the last
+    assert (tmp_path / 'work' / 'iter_2.pth').is_file()
+    assert not (tmp_path / 'work' / 'iter_4.pth').exists()
+
+
+def fake_runner(iter=0, epoch=0):
+    return SimpleNamespace(iter=iter, epoch=epoch)
+
+
+@pytest.mark.parametrize('loss', [1.5, torch.tensor(0.0), torch.tensor(1e30)])
+def test_hook_passes_finite_losses(loss):
+    NonFiniteLossHook().after_train_iter(fake_runner(), 0, outputs=dict(loss=loss))
+
+
+@pytest.mark.parametrize('outputs', [None, {}, dict(loss_cls=torch.tensor(math.nan))])
+def test_hook_ignores_outputs_without_a_total_loss(outputs):
+    NonFiniteLossHook().after_train_iter(fake_runner(), 0, outputs=outputs)
+
+
+@pytest.mark.parametrize('loss, shown', [(torch.tensor(math.nan), 'nan'),
+                                         (torch.tensor(math.inf), 'inf'),
+                                         (-math.inf, '-inf')])
+def test_hook_raises_on_non_finite_loss(loss, shown):
+    outputs = dict(loss=loss, loss_cls=torch.tensor(0.25), loss_bbox=torch.tensor(math.inf))
+    with pytest.raises(NonFiniteLossError) as info:
+        NonFiniteLossHook().after_train_iter(fake_runner(iter=41, epoch=2), 7, outputs=outputs)
+    msg = str(info.value)
+    # runner.iter is 0-based and not yet advanced in after_train_iter: iteration 42
+    assert f'loss is {shown} at iteration 42 (epoch 3)' in msg
+    assert 'loss_cls=0.25' in msg and 'loss_bbox=inf' in msg
+    assert isinstance(info.value, FloatingPointError)
+
+
+def test_hook_runs_before_logging_and_checkpointing():
+    from mmengine.runner.priority import get_priority
+    assert get_priority(NonFiniteLossHook.priority) < get_priority('BELOW_NORMAL')  # LoggerHook

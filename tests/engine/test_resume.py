@@ -1,0 +1,140 @@
+"""``tools/train.py --resume`` continues a run exactly, and checkpoints load with weights_only=True.
+
+Checkpoint requirement: on torch >= 2.6 (``torch.load`` defaults to ``weights_only=True``)
+mmengine's resume must restore model, optimizer, parameter schedulers and the
+iteration from a checkpoint, with densevit's allow-list and never ``weights_only=False``.
+"""
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+from mmengine.logging import HistoryBuffer
+
+from tiny_run import isolated, load_tool, scalar_records, train_losses, unique_names, write_config
+
+N = 6
+# No validation; a checkpoint every 3 iterations. The schedule (LinearLR warm-up to 2,
+# x0.1 at 3) does not depend on max_iters, so a 3-iteration run is the first half of a
+# 6-iteration one.
+OPTIONS = ['train_cfg.val_interval=1000', 'default_hooks.checkpoint.interval=3']
+
+
+def train(train_tool, config, work_dir, max_iters, *extra):
+    rc = train_tool.main([config, '--work-dir', str(work_dir), *extra, '--cfg-options',
+                          f'train_cfg.max_iters={max_iters}', *OPTIONS, *unique_names()])
+    assert rc == 0
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+    """An uninterrupted 6-iteration run, and a 3-iteration run resumed to 6 (auto resume)."""
+    root = tmp_path_factory.mktemp('resume')
+    train_tool = load_tool('tools/train.py')
+    config = write_config(root)
+    with isolated():
+        train(train_tool, config, root / 'straight', N)
+    with isolated():
+        train(train_tool, config, root / 'interrupted', N // 2)
+        assert (root / 'interrupted' / 'iter_3.pth').is_file()
+        assert not (root / 'interrupted' / 'iter_6.pth').exists()
+    # log dirs are named by the start second: give the resumed process its own
+    (stamp,) = [p.name for p in (root / 'interrupted').iterdir() if p.is_dir()]
+    while time.strftime('%Y%m%d_%H%M%S') <= stamp:
+        time.sleep(0.05)
+    with isolated():
+        train(train_tool, config, root / 'interrupted', N, '--resume')
+    return root / 'straight', root / 'interrupted'
+
+
+def test_resumed_run_logs_the_same_losses(runs):
+    straight, resumed = runs
+    a, b = train_losses(straight), train_losses(resumed)
+    assert sorted(a) == sorted(b) == list(range(1, N + 1))
+    # the resumed process itself logged 4..6 (it did not retrain 1..3)
+    first, second = sorted(resumed.glob('*/vis_data/scalars.json'))  # one per process
+    steps = [[json.loads(line)['step'] for line in log.read_text().splitlines() if 'loss' in line]
+             for log in (first, second)]
+    assert steps == [[1, 2, 3], [4, 5, 6]]
+    for it in range(1, N + 1):
+        assert b[it] == pytest.approx(a[it], rel=1e-6, abs=1e-7), f'iteration {it}'
+
+
+def test_resumed_run_restores_scheduler(runs):
+    straight, resumed = runs
+    lrs = [{r['step']: r['lr'] for r in scalar_records(wd) if 'lr' in r} for wd in runs]
+    assert lrs[0] == pytest.approx(lrs[1])
+    # the x0.1 step at iteration 3 survived the interruption
+    assert lrs[1][4] == pytest.approx(0.1 * lrs[1][3])
+
+
+def test_resumed_run_ends_with_the_same_weights_and_optimizer(runs):
+    a, b = (torch.load(wd / f'iter_{N}.pth', map_location='cpu', weights_only=True)
+            for wd in runs)
+    assert a['meta']['iter'] == b['meta']['iter'] == N
+    assert a['state_dict'].keys() == b['state_dict'].keys()
+    for k in a['state_dict']:
+        torch.testing.assert_close(b['state_dict'][k], a['state_dict'][k], rtol=1e-6, atol=1e-7,
+                                   msg=k)
+    sa, sb = a['optimizer']['state'], b['optimizer']['state']
+    assert sa.keys() == sb.keys()
+    for i in sa:
+        assert int(sa[i]['step']) == int(sb[i]['step']) == N
+        torch.testing.assert_close(sb[i]['exp_avg_sq'], sa[i]['exp_avg_sq'], rtol=1e-5, atol=1e-9)
+    assert a['param_schedulers'] == b['param_schedulers']
+
+
+def test_checkpoint_loads_weights_only(runs):
+    """What mmengine's resume does on torch 2.13: torch.load's default is weights_only=True."""
+    ckpt = torch.load(runs[0] / 'iter_3.pth', map_location='cpu', weights_only=True)
+    assert ckpt['meta']['iter'] == 3
+    buffers = ckpt['message_hub']['log_scalars']
+    assert buffers and all(isinstance(b, HistoryBuffer) for b in buffers.values())
+    # the statistics methods pickled with each buffer came back and work
+    loss = buffers['train/loss']
+    assert loss.statistics('current') == loss.current() and np.isfinite(loss.mean())
+
+
+def test_checkpoint_needs_densevit_allow_list(runs):
+    """Without densevit imported, torch refuses the same file (so the allow-list is what
+    makes the test above pass). A bare interpreter: only torch is imported."""
+    code = textwrap.dedent(f"""
+        import pickle, sys, torch
+        try:
+            torch.load({str(runs[0] / 'iter_3.pth')!r}, map_location='cpu', weights_only=True)
+        except pickle.UnpicklingError as e:
+            print(e, file=sys.stderr)
+            sys.exit(3)
+    """)
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert 'Unsupported global' in proc.stderr
+
+
+class _GetattrReduce:
+    """Pickles as ``getattr(obj, name)``: the shape a HistoryBuffer's methods take."""
+
+    def __init__(self, obj, name):
+        self.obj, self.name = obj, name
+
+    def __reduce__(self):
+        return getattr, (self.obj, self.name)
+
+
+def test_getattr_is_allowed_only_for_history_buffer_methods(tmp_path):
+    import densevit  # noqa: F401  (registers the allow-list)
+    good = tmp_path / 'good.pth'
+    torch.save({'m': _GetattrReduce(HistoryBuffer, 'mean')}, good)
+    assert torch.load(good, weights_only=True)['m'] is HistoryBuffer.mean
+    for obj, name in [(HistoryBuffer, '__init__'), (HistoryBuffer, 'update'),
+                      (np.ndarray, 'tofile')]:
+        bad = tmp_path / 'bad.pth'
+        torch.save({'m': _GetattrReduce(obj, name)}, bad)
+        with pytest.raises(pickle.UnpicklingError, match=name):
+            torch.load(bad, weights_only=True)

@@ -1,0 +1,103 @@
+"""TrainingClockHook through tools/analysis/train_curve.py: validate on a clock, stop on budget."""
+import csv
+from types import SimpleNamespace
+
+import cv2
+import pytest
+
+from densevit.engine.training_clock_hook import TrainingClockHook
+from tiny_run import load_tool, unique_names, write_config
+
+BUDGET_MIN, EVERY_MIN = 0.03, 0.005  # 1.8 s of training, validating every 0.3 s
+
+
+@pytest.fixture(scope='module')
+def train_curve():
+    return load_tool('tools/analysis/train_curve.py')
+
+
+def read_rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_clock_validates_and_stops_on_budget(tmp_path, train_curve):
+    work_dir = tmp_path / 'curve'
+    rc = train_curve.main([write_config(tmp_path), '--minutes', str(BUDGET_MIN),
+                           '--eval-every', str(EVERY_MIN), '--work-dir', str(work_dir),
+                           '--cfg-options', *unique_names()])
+    assert rc == 0
+
+    rows = read_rows(work_dir / 'training_clock.csv')
+    assert len(rows) >= 2
+    assert {'minutes', 'iter', 'coco/bbox_mAP', 'coco/bbox_mAP_50'} <= set(rows[0])
+    minutes = [float(r['minutes']) for r in rows]
+    iters = [int(r['iter']) for r in rows]
+    assert minutes == sorted(minutes) and len(set(minutes)) == len(minutes)
+    assert iters == sorted(iters) and len(set(iters)) == len(iters)
+    assert minutes[0] >= EVERY_MIN
+    # the last validation is the one at the budget, and then training stopped by itself
+    assert BUDGET_MIN <= minutes[-1] < BUDGET_MIN + 0.02
+    assert all(0.0 <= float(r['coco/bbox_mAP_50']) <= 1.0 for r in rows)
+    # one checkpoint, where the clock stopped (train_curve sets max_iters=1e8)
+    (last,) = work_dir.glob('iter_*.pth')
+    stopped_at = int(last.stem.split('_')[1])
+    assert iters[-1] <= stopped_at < 10 ** 4
+
+    curve = cv2.imread(str(work_dir / 'curve.png'))
+    assert curve is not None and curve.shape[0] > 100 and curve.shape[1] > 100
+
+
+def test_plot_only_draws_several_runs(tmp_path, train_curve):
+    for name, ap in [('a', 0.2), ('b', 0.4)]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / 'training_clock.csv').write_text(
+            'minutes,iter,coco/bbox_mAP,coco/bbox_mAP_50\n'
+            f'1.0,10,{ap / 2},{ap}\n2.0,20,{ap},{2 * ap}\n')
+    out = tmp_path / 'both.png'
+    assert train_curve.main(['--plot-only', str(tmp_path / 'a'), str(tmp_path / 'b'),
+                             '--out', str(out)]) == 0
+    assert cv2.imread(str(out)) is not None
+
+
+class _Clock:
+    """A stand-in for time.perf_counter, advanced by hand."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def fake_runner(tmp_path, on_val):
+    runner = SimpleNamespace(iter=0, work_dir=str(tmp_path))
+    runner.train_loop = SimpleNamespace(stop_training=False)
+    runner.val_loop = SimpleNamespace(run=on_val)
+    runner.model = SimpleNamespace(train=lambda: None)
+    return runner
+
+
+def test_validation_time_is_not_training_time(tmp_path, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr('densevit.engine.training_clock_hook.time.perf_counter', clock)
+    hook = TrainingClockHook(budget_minutes=3, eval_every_minutes=1)
+
+    def validate():  # what ValLoop.run calls on the hooks; takes 10 minutes
+        hook.before_val(runner)
+        clock.now += 600
+        hook.after_val_epoch(runner, dict(ap=0.5))
+        hook.after_val(runner)
+
+    runner = fake_runner(tmp_path, validate)
+    hook.before_train(runner)
+    for _ in range(8):  # 8 iterations of 30 s: validation at 1, 2 and 3 minutes, then stop
+        clock.now += 30
+        hook.after_train_iter(runner, runner.iter)
+        if runner.train_loop.stop_training:
+            break
+        runner.iter += 1
+    assert [r['minutes'] for r in hook.rows] == [1.0, 2.0, 3.0]
+    assert runner.train_loop.stop_training and hook.train_seconds == pytest.approx(180)
+    rows = read_rows(tmp_path / 'training_clock.csv')
+    assert [float(r['ap']) for r in rows] == [0.5] * 3

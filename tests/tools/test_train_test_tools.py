@@ -1,0 +1,166 @@
+"""tools/train.py and tools/test.py end to end, in-process, on a tiny DETR and shapes data."""
+import json
+import pickle
+from pathlib import Path
+
+import cv2
+import pytest
+import torch
+
+from tiny_run import (isolated, load_tool, scalar_records, train_losses, unique_names,
+                      write_config)
+
+MAX_ITERS = 4
+NUM_VAL = 5
+
+
+@pytest.fixture(scope='module')
+def train_tool():
+    return load_tool('tools/train.py')
+
+
+@pytest.fixture(scope='module')
+def test_tool():
+    return load_tool('tools/test.py')
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, train_tool):
+    """One 4-iteration training run (checkpoint every 2, validation at 4), shared by the module."""
+    root = tmp_path_factory.mktemp('trained')
+    config = write_config(root)
+    work_dir = root / 'work'
+    with isolated():
+        rc = train_tool.main([config, '--work-dir', str(work_dir), '--cfg-options',
+                              *unique_names()])
+    assert rc == 0
+    return dict(root=root, config=config, work_dir=work_dir)
+
+
+def test_train_saves_checkpoints(trained):
+    work_dir = trained['work_dir']
+    assert (work_dir / 'iter_2.pth').is_file() and (work_dir / 'iter_4.pth').is_file()
+    last = Path((work_dir / 'last_checkpoint').read_text().strip())
+    assert last.name == f'iter_{MAX_ITERS}.pth'
+    ckpt = torch.load(last, map_location='cpu', weights_only=True)
+    assert ckpt['meta']['iter'] == MAX_ITERS
+    assert {'state_dict', 'optimizer', 'param_schedulers', 'message_hub'} <= set(ckpt)
+
+
+def test_train_logs_losses_and_val_metrics(trained):
+    work_dir = trained['work_dir']
+    assert sorted(train_losses(work_dir)) == list(range(1, MAX_ITERS + 1))  # logger interval 1
+    val = [r for r in scalar_records(work_dir) if 'coco/bbox_mAP' in r]
+    assert len(val) == 1 and val[0]['step'] == MAX_ITERS
+    assert {'coco/bbox_mAP_50', 'coco/bbox_mAP_75'} <= set(val[0])
+    assert all(-1.0 <= val[0][k] <= 1.0 for k in val[0] if k.startswith('coco/'))
+    # LoggerHook also writes the same records to vis_data/<timestamp>.json
+    (log_dir,) = [p for p in work_dir.iterdir() if p.is_dir()]
+    json_log = log_dir / 'vis_data' / f'{log_dir.name}.json'
+    records = [json.loads(line) for line in json_log.read_text().splitlines()]
+    assert any('coco/bbox_mAP' in r for r in records)
+
+
+# mmengine's visualizer warns for boxes touching the right / bottom edge (x2 == width)
+@pytest.mark.filterwarnings('ignore:Warning. The (bbox|polygon) is out of bounds')
+def test_test_tool_dumps_predictions_and_draws(trained, test_tool, tmp_path):
+    work_dir, out = tmp_path / 'test_work', tmp_path / 'preds.pkl'
+    ckpt = trained['work_dir'] / f'iter_{MAX_ITERS}.pth'
+    rc = test_tool.main([trained['config'], str(ckpt), '--work-dir', str(work_dir),
+                         '--out', str(out), '--show-dir', 'show', '--score-thr', '0',
+                         '--cfg-options', *unique_names()])
+    assert rc == 0
+
+    # DumpResults pickles one dict per image: DataSample.to_dict() moved to the CPU
+    with open(out, 'rb') as f:
+        preds = pickle.load(f)
+    assert isinstance(preds, list) and len(preds) == NUM_VAL
+    assert sorted(p['img_id'] for p in preds) == list(range(1, NUM_VAL + 1))
+    for p in preds:
+        inst = p['pred_instances']
+        n = len(inst['scores'])
+        assert inst['bboxes'].shape == (n, 4) and inst['labels'].shape == (n,)
+        assert ((inst['labels'] >= 0) & (inst['labels'] < 3)).all()
+
+    # --show-dir: relative, so under <work_dir>/<timestamp>/; one PNG per val image
+    (log_dir,) = [p for p in work_dir.iterdir() if p.is_dir()]
+    pngs = sorted(p.name for p in (log_dir / 'show').iterdir())
+    assert pngs == [f'{i:06d}.png' for i in range(NUM_VAL)]
+    assert all((log_dir / 'show' / name).stat().st_size > 0 for name in pngs)
+
+    # the test metrics are logged too
+    # drawn as ground truth | prediction, side by side
+    img = cv2.imread(str(log_dir / 'show' / pngs[0]))
+    assert img.shape == (48, 96, 3)
+
+    # test metrics go to <work_dir>/<timestamp>/<timestamp>.json
+    metrics = json.loads((log_dir / f'{log_dir.name}.json').read_text())
+    assert {'coco/bbox_mAP', 'coco/bbox_mAP_50'} <= set(metrics)
+
+
+def stderr_lines(capsys):
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def test_test_tool_reports_missing_checkpoint(trained, test_tool, tmp_path, capsys):
+    missing = tmp_path / 'nope.pth'
+    rc = test_tool.main([trained['config'], str(missing), '--work-dir', str(tmp_path / 'w')])
+    assert rc == 1
+    lines = stderr_lines(capsys)
+    assert len(lines) == 1 and str(missing) in lines[0] and 'not found' in lines[0]
+    assert not (tmp_path / 'w').exists()  # nothing was built
+
+
+def test_test_tool_rejects_bad_out_before_building(trained, test_tool, tmp_path, capsys):
+    ckpt = trained['work_dir'] / f'iter_{MAX_ITERS}.pth'
+    rc = test_tool.main([trained['config'], str(ckpt), '--work-dir', str(tmp_path / 'w'),
+                         '--out', str(tmp_path / 'preds.json')])
+    assert rc == 1
+    lines = stderr_lines(capsys)
+    assert len(lines) == 1 and '--out' in lines[0]
+    assert not (tmp_path / 'w').exists()
+
+
+def no_generation(config_root):
+    """A config whose shapes data is not generated on demand, in an empty data root."""
+    config = write_config(config_root, data_root=config_root / 'empty', name='nogen.py')
+    return config, ['train_dataloader.dataset.generate=None', 'val_dataloader.dataset.generate=None',
+                    'test_dataloader.dataset.generate=None']
+
+
+def test_train_tool_reports_missing_annotation_files(train_tool, tmp_path, capsys):
+    config, options = no_generation(tmp_path)
+    rc = train_tool.main([config, '--work-dir', str(tmp_path / 'w'), '--cfg-options', *options])
+    assert rc == 1
+    lines = stderr_lines(capsys)
+    # val and test name the same file: reported once
+    assert len(lines) == 2
+    empty = str(tmp_path / 'empty')
+    assert 'annotation file not found' in lines[0]
+    assert f'{empty}/annotations/instances_train.json' in lines[0]
+    assert f'{empty}/annotations/instances_val.json' in lines[1]
+    assert not (tmp_path / 'w').exists()
+
+
+def test_train_tool_reports_missing_resume_checkpoint(trained, train_tool, tmp_path, capsys):
+    missing = tmp_path / 'gone.pth'
+    rc = train_tool.main([trained['config'], '--work-dir', str(tmp_path / 'w'),
+                          '--resume', str(missing)])
+    assert rc == 1
+    lines = stderr_lines(capsys)
+    assert len(lines) == 1 and str(missing) in lines[0]
+
+
+def test_test_tool_reports_each_missing_file(train_tool, test_tool, tmp_path, capsys):
+    """Missing checkpoint and test annotations: one line each. The train split is not
+    needed to test, so its absence is not reported."""
+    config, options = no_generation(tmp_path)
+    missing = tmp_path / 'nope.pth'
+    rc = test_tool.main([config, str(missing), '--work-dir', str(tmp_path / 'w'),
+                         '--cfg-options', *options])
+    assert rc == 1
+    lines = stderr_lines(capsys)
+    assert len(lines) == 2
+    assert sum('instances_val.json' in line for line in lines) == 1
+    assert sum(str(missing) in line for line in lines) == 1
+    assert not any('instances_train.json' in line for line in lines)

@@ -1,0 +1,134 @@
+"""Helpers for tests that run tools/train.py and tools/test.py in-process on tiny_detr_shapes.
+
+tests/tools/conftest.py and tests/engine/conftest.py put this folder on sys.path
+and re-export :func:`isolated_run_state`, so both share it without tests/ being a
+package.
+"""
+import contextlib
+import importlib.util
+import itertools
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.logging import MessageHub, MMLogger
+from mmengine.registry import DefaultScope
+from mmengine.visualization import Visualizer
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_CONFIG = REPO / 'tests' / 'configs' / 'tiny_detr_shapes.py'
+_run_ids = itertools.count()
+
+
+def load_tool(relpath):
+    """Import a script such as ``tools/train.py`` as a module (tools/ is not a package)."""
+    path = REPO / relpath
+    name = 'densevit_tool_' + relpath.replace('/', '_').replace('.py', '')
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_config(tmp_path, data_root=None, extra='', name='tiny.py'):
+    """A config inheriting tiny_detr_shapes.py with its data under ``data_root``.
+
+    ``data_root`` defaults to ``tmp_path/shapes`` (generated on first use). The base's
+    paths derived from its own data_root are re-derived here; ``extra`` is appended.
+    """
+    data_root = Path(data_root or Path(tmp_path) / 'shapes').as_posix().rstrip('/') + '/'
+    text = f"""
+_base_ = [{str(TINY_CONFIG)!r}]
+data_root = {data_root!r}
+train_dataloader = dict(dataset=dict(data_root=data_root))
+val_dataloader = dict(dataset=dict(data_root=data_root))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
+test_evaluator = val_evaluator
+""" + extra
+    path = Path(tmp_path) / name
+    path.write_text(text)
+    return str(path)
+
+
+def unique_names():
+    """``--cfg-options`` giving a run its own experiment and visualizer names.
+
+    mmengine keys its logger, message hub and visualizer by name, process-wide:
+    two runners started in the same second (same timestamp) or sharing the config's
+    visualizer name would otherwise write to the first one's log and vis_data dirs.
+    """
+    i = next(_run_ids)
+    return [f'experiment_name=densevit_test_{i}', f'visualizer.name=densevit_test_vis_{i}']
+
+
+def scalar_records(work_dir):
+    """Every record of every run's ``<timestamp>/vis_data/scalars.json`` under ``work_dir``."""
+    records = []
+    for path in sorted(Path(work_dir).glob('*/vis_data/scalars.json')):
+        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return records
+
+
+def train_losses(work_dir):
+    """{iteration: loss} from the training records (last run wins for an iteration)."""
+    return {r['step']: r['loss'] for r in scalar_records(work_dir) if 'loss' in r}
+
+
+def _manager_classes():
+    """mmengine's name-keyed singletons a Runner creates, with every visualizer subclass."""
+    classes, todo = [MMLogger, MessageHub, DefaultScope], [Visualizer]
+    while todo:
+        cls = todo.pop()
+        classes.append(cls)
+        todo += cls.__subclasses__()
+    return classes
+
+
+@contextlib.contextmanager
+def isolated():
+    """One torch thread; undo what a Runner leaves behind in the process.
+
+    - Threads: on a busy 2-core machine two torch threads contend and a tiny
+      iteration takes 30x longer.
+    - ``randomness.deterministic`` makes mmengine call
+      ``torch.use_deterministic_algorithms(True)`` and set CUBLAS_WORKSPACE_CONFIG
+      for the whole process; restored so other tests see the defaults.
+    - Loggers (open log files), message hubs, default scopes and visualizers
+      created by the test are dropped.
+    """
+    threads = torch.get_num_threads()
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
+    cublas = os.environ.get('CUBLAS_WORKSPACE_CONFIG')
+    before = {cls: set(cls._instance_dict) for cls in _manager_classes()}
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        _restore(threads, deterministic, cublas, before)
+
+
+def _restore(threads, deterministic, cublas, before):
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+    if cublas is None:
+        os.environ.pop('CUBLAS_WORKSPACE_CONFIG', None)
+    else:
+        os.environ['CUBLAS_WORKSPACE_CONFIG'] = cublas
+    for cls in _manager_classes():
+        for name in set(cls._instance_dict) - before.get(cls, set()):
+            instance = cls._instance_dict.pop(name)
+            if isinstance(instance, MMLogger):
+                for handler in list(instance.handlers):
+                    handler.close()
+                    instance.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def isolated_run_state():
+    """:func:`isolated` around every test."""
+    with isolated():
+        yield
