@@ -56,12 +56,15 @@ class TrainingClockHook(Hook):
         if (due or over_budget) and runner.val_loop is not None:
             while self._next_eval is not None and self._next_eval <= self.train_seconds:
                 self._next_eval += self.every
+            # inside after_train_iter the loop has not counted this iteration yet
+            self._iters_done = runner.iter + 1
             metrics = runner.val_loop.run()
+            self._iters_done = None
             runner.model.train()
             if self.stop_at and metrics.get(self.stop_at['key'], -1) >= self.stop_at['value']:
                 print_log(f"TrainingClockHook: {self.stop_at['key']} reached "
                           f"{metrics[self.stop_at['key']]:.3f} after {self.train_seconds / 60:.1f} "
-                          f'training minutes, iteration {runner.iter}; stopping.', logger='current')
+                          f'training minutes, iteration {runner.iter + 1}; stopping.', logger='current')
                 runner.train_loop.stop_training = True
         if over_budget:
             print_log(f'TrainingClockHook: {self.train_seconds / 60:.1f} training minutes reached '
@@ -71,7 +74,8 @@ class TrainingClockHook(Hook):
     def after_val_epoch(self, runner, metrics=None):
         if not hasattr(self, 'train_seconds'):
             return  # a test or standalone validation
-        row = dict(minutes=round(self.train_seconds / 60, 3), iter=runner.iter)
+        iters = getattr(self, '_iters_done', None) or runner.iter
+        row = dict(minutes=round(self.train_seconds / 60, 3), iter=iters)
         row.update({k: float(v) for k, v in (metrics or {}).items()
                     if isinstance(v, (int, float))})
         self.rows.append(row)

@@ -30,9 +30,7 @@ param_scheduler = [
     dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[3], gamma=0.1),
 ]
 default_hooks = dict(
-    # log_metric_by_epoch=False: an iteration-based run logs validation metrics at the
-    # iteration (mmengine's default logs them at "epoch" 0, every validation alike)
-    logger=dict(interval=1, log_metric_by_epoch=False),
+    logger=dict(interval=1),  # log_metric_by_epoch=False comes from the quickstart config
     checkpoint=dict(interval=2, max_keep_ckpts=3))
 log_processor = dict(window_size=1)
 randomness = dict(seed=0, deterministic=True)
