@@ -1,0 +1,210 @@
+"""Loading pretrained weights into a backbone: safely, converted, and loudly.
+
+mmengine's ``init_cfg=dict(type='Pretrained', ...)`` loads with ``strict=False``
+and reports missing or unexpected keys in a log line that is easy to miss; a
+checkpoint in another key layout then leaves the backbone at its random
+initialisation without anyone noticing. Here a backbone's ``init_weights`` is
+wrapped by :func:`loads_pretrained`, which
+
+- reads the file with ``torch.load(weights_only=True)`` (or safetensors),
+- converts its key layout (timm / HF / official repos) to densevit's,
+- loads what matches and logs WARNING lines with counts and the first keys of
+  everything missing, unexpected or of the wrong shape.
+
+Usage in a backbone::
+
+    @loads_pretrained(convert_swin)
+    def init_weights(self):
+        ...  # the random initialisation, as before
+"""
+import functools
+import logging
+import os
+import pickle
+from collections import OrderedDict, namedtuple
+
+import torch
+from mmengine.logging import print_log
+
+# Dict keys under which training scripts nest the weights (mmengine, the
+# official DETR / Swin / DeiT / MAE repos, DDP wrappers).
+_NESTING_KEYS = ('state_dict', 'model', 'module', 'model_state', 'net')
+_SHOW = 10  # keys listed per report line
+
+LoadReport = namedtuple('LoadReport', 'loaded missing unexpected mismatched expected_missing')
+
+
+def read_checkpoint(path, map_location='cpu'):
+    """The tensors of a checkpoint file or URL as a flat ``{name: tensor}`` dict.
+
+    ``.safetensors`` files are read with safetensors; anything else with
+    ``torch.load(weights_only=True)`` (plus densevit's allow-list), never by
+    unpickling arbitrary objects. Nested ``{'model': ...}`` / ``{'state_dict':
+    ...}`` wrappers and a DDP ``module.`` prefix are removed.
+    """
+    path = os.fspath(path)
+    if path.endswith('.safetensors'):
+        try:
+            from safetensors.torch import load_file
+        except ImportError as e:
+            raise ImportError(f'{path}: reading .safetensors needs `pip install safetensors`') from e
+        obj = load_file(path, device=str(map_location))
+    else:
+        try:
+            if path.startswith(('http://', 'https://')):
+                obj = torch.hub.load_state_dict_from_url(path, map_location=map_location,
+                                                         weights_only=True)
+            else:
+                obj = torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise pickle.UnpicklingError(
+                f'{path} holds Python objects besides tensors (e.g. training arguments or '
+                f'an optimizer state) that densevit does not unpickle. If you trust the file, '
+                f're-save its weights alone: sd = torch.load(path, weights_only=False)'
+                f"['model']; torch.save(sd, 'weights.pth'). Original error: {e}") from e
+    return _flatten(obj, path)
+
+
+def _flatten(obj, path):
+    while isinstance(obj, dict) and not any(torch.is_tensor(v) for v in obj.values()):
+        inner = next((obj[k] for k in _NESTING_KEYS if isinstance(obj.get(k), dict)), None)
+        if inner is None:
+            raise ValueError(f'{path}: no weights found; top-level keys: {list(obj)[:_SHOW]}')
+        obj = inner
+    if not isinstance(obj, dict):
+        raise ValueError(f'{path}: expected a dict of tensors, got {type(obj).__name__}')
+    tensors = OrderedDict((k, v) for k, v in obj.items() if torch.is_tensor(v))
+    if tensors and all(k.startswith('module.') for k in tensors):
+        tensors = OrderedDict((k[len('module.'):], v) for k, v in tensors.items())
+    return tensors
+
+
+def select_prefix(state_dict, prefix):
+    """Keys under ``prefix`` (e.g. 'backbone.') with the prefix removed."""
+    if not prefix:
+        return state_dict
+    out = OrderedDict((k[len(prefix):], v) for k, v in state_dict.items() if k.startswith(prefix))
+    if not out:
+        raise ValueError(f'no checkpoint key starts with {prefix!r}; first keys: '
+                         f'{list(state_dict)[:_SHOW]}')
+    return out
+
+
+def _load_collecting(module, state_dict):
+    """``load_state_dict`` that collects every problem instead of raising on the first.
+
+    Each module's own ``_load_from_state_dict`` runs (so tables are resized and
+    legacy names renamed there); a tensor of the wrong shape is reported and
+    skipped, not fatal.
+    """
+    state_dict = OrderedDict(state_dict)
+    missing, unexpected, errors = [], [], []
+
+    def load(m, prefix=''):
+        m._load_from_state_dict(state_dict, prefix, {}, True, missing, unexpected, errors)
+        for name, child in m._modules.items():
+            if child is not None:
+                load(child, prefix + name + '.')
+
+    load(module)
+    mismatched = [msg.split('size mismatch for ')[-1].split(':')[0]
+                  for msg in errors if 'size mismatch' in msg]
+    other = [msg for msg in errors if 'size mismatch' not in msg]
+    if other:
+        raise RuntimeError('loading pretrained weights failed:\n' + '\n'.join(other))
+    return missing, unexpected, mismatched, errors
+
+
+def _warn(what, keys, logger, level=logging.WARNING):
+    if keys:
+        shown = ', '.join(keys[:_SHOW]) + (', ...' if len(keys) > _SHOW else '')
+        print_log(f'{what} ({len(keys)}): {shown}', logger=logger, level=level)
+
+
+def load_pretrained(module, checkpoint, convert=None, prefix=None, expected_missing=(),
+                    map_location='cpu', strict=False, logger='current'):
+    """Load a checkpoint into ``module``, converting its layout, and report loudly.
+
+    Args:
+        module (nn.Module): the backbone.
+        checkpoint (str): file path or URL (``.pth``, ``.safetensors``).
+        convert (callable, optional): ``state_dict -> state_dict`` in densevit's
+            layout, e.g. :func:`~.swin_convert.convert_swin`.
+        prefix (str, optional): take only keys under this prefix (e.g.
+            'backbone.' from a whole detector), prefix removed.
+        expected_missing (Iterable[str]): key prefixes that this checkpoint kind
+            is known not to have (e.g. Swin's extra output norms): reported at
+            INFO level, not WARNING.
+        strict (bool): raise instead of warning when anything does not match.
+
+    Returns:
+        LoadReport: key lists ``loaded, missing, unexpected, mismatched, expected_missing``.
+    """
+    name = type(module).__name__
+    state_dict = select_prefix(read_checkpoint(checkpoint, map_location), prefix)
+    if convert is not None:
+        state_dict = convert(state_dict)
+    missing, unexpected, mismatched, errors = _load_collecting(module, state_dict)
+    expected = [k for k in missing if k.startswith(tuple(expected_missing))]
+    missing = [k for k in missing if k not in expected]
+    loaded = [k for k in module.state_dict() if k not in missing + expected + mismatched]
+
+    if strict and (missing or unexpected or mismatched):
+        raise RuntimeError(f'{name}: {checkpoint} does not match: missing {missing[:_SHOW]}, '
+                           f'unexpected {unexpected[:_SHOW]}, wrong shape {errors[:_SHOW]}')
+    total = len(module.state_dict())
+    bad = missing or unexpected or mismatched
+    print_log(f'{name}: loaded {len(loaded)}/{total} tensors from {checkpoint}'
+              + (' -- SOME WEIGHTS DID NOT LOAD, see below' if bad else ''),
+              logger=logger, level=logging.WARNING if bad else logging.INFO)
+    _warn(f'{name}: MISSING in the checkpoint, left at random init', missing, logger)
+    _warn(f'{name}: UNEXPECTED in the checkpoint, ignored', unexpected, logger)
+    _warn(f'{name}: WRONG SHAPE in the checkpoint, left at random init',
+          [m.split('size mismatch for ')[-1] for m in errors if 'size mismatch' in m], logger)
+    _warn(f'{name}: not in this kind of checkpoint (expected), newly initialised',
+          expected, logger, level=logging.INFO)
+    return LoadReport(loaded, missing, unexpected, mismatched, expected)
+
+
+def split_pretrained(init_cfg):
+    """(the ``type='Pretrained'`` entry of ``init_cfg`` or None, the other entries or None)."""
+    cfgs = [init_cfg] if isinstance(init_cfg, dict) else list(init_cfg or [])
+    pretrained = [c for c in cfgs if c.get('type') == 'Pretrained']
+    rest = [c for c in cfgs if c.get('type') != 'Pretrained']
+    if len(pretrained) > 1:
+        raise ValueError(f'init_cfg has {len(pretrained)} Pretrained entries; give one')
+    return (pretrained[0] if pretrained else None), (rest or None)
+
+
+def loads_pretrained(convert=None, expected_missing=()):
+    """Decorate a backbone's ``init_weights`` to load ``init_cfg`` Pretrained via :func:`load_pretrained`.
+
+    The wrapped ``init_weights`` runs first with the Pretrained entry hidden from
+    ``init_cfg`` (so mmengine does not load it a second time, silently); then the
+    checkpoint is converted with ``convert`` and loaded on top, with the report.
+
+    Args:
+        convert (callable, optional): the backbone's layout converter.
+        expected_missing (Iterable[str] | callable): key prefixes a pretrained
+            (e.g. ImageNet) checkpoint never has; a callable gets the module.
+    """
+    def wrap(init_weights):
+        @functools.wraps(init_weights)
+        def wrapper(self):
+            pretrained, rest = split_pretrained(self.init_cfg)
+            if pretrained is None or self._is_init:
+                return init_weights(self)
+            original, self.init_cfg = self.init_cfg, rest
+            try:
+                init_weights(self)
+            finally:
+                self.init_cfg = original
+            known = expected_missing(self) if callable(expected_missing) else expected_missing
+            load_pretrained(self, pretrained['checkpoint'], convert=convert,
+                            prefix=pretrained.get('prefix'), expected_missing=known,
+                            map_location=pretrained.get('map_location', 'cpu'))
+            if hasattr(self, '_params_init_info'):  # mmengine's init summary
+                from mmengine.model.weight_init import update_init_info
+                update_init_info(self, init_info=f'Pretrained (densevit): {pretrained["checkpoint"]}')
+        return wrapper
+    return wrap

@@ -1,0 +1,63 @@
+"""SegFormer's all-MLP decoder (Xie et al. 2021, "SegFormer", Sec. 3.2, Eq. 4)."""
+import torch
+from mmcv.cnn import ConvModule
+from torch import nn
+
+from densevit.registry import MODELS
+
+from .decode_head import DecodeHead, resize
+
+
+@MODELS.register_module()
+class SegformerHead(DecodeHead):
+    """All-MLP head: unify widths, upsample to 1/4, concatenate, fuse, classify.
+
+    For each of the N selected maps F_i [B, C_i, H_i, W_i]:
+    ``F_i' = Linear(C_i -> C)`` applied per pixel, upsampled (bilinear) to the
+    first map's size (stride 4); then ``F = ConvBNReLU_1x1(concat(F_N', ..., F_1'))``,
+    dropout and the 1x1 classifier.
+
+    The per-map "Linear" is a 1x1 convolution with bias and no norm or
+    activation, as in the paper and the official / HF models (a 1x1 conv on
+    NCHW is a per-pixel Linear, without the flatten/transpose round trip).
+    MMSegmentation's re-implementation uses conv-BN-ReLU there instead; we
+    keep the paper's form so official and HF SegFormer decoders load exactly
+    (``mit_convert.convert_segformer``; the equality test in
+    ``tests/models/test_mit.py``). The concatenation runs deepest map first,
+    like the official code, so ``fuse`` takes their fuse weights unpermuted.
+
+    Paper configuration (``channels`` = C = 256 for B0/B1, 768 for B2-B5)::
+
+        dict(type='SegformerHead', in_channels=[32, 64, 160, 256],  # MiT-B0
+             in_index=[0, 1, 2, 3], channels=256, num_classes=150,
+             dropout_ratio=0.1, norm_cfg=dict(type='SyncBN'), align_corners=False)
+
+    Args:
+        interpolate_mode (str): how projected maps are upsampled.
+        **kwargs: ``DecodeHead`` arguments; ``in_index`` and ``in_channels``
+            must be sequences (stride-4 map first).
+
+    Shapes:
+        inputs[in_index[i]]: [B, C_i, H_i, W_i] -> logits [B, K, H_0, W_0].
+    """
+
+    def __init__(self, interpolate_mode='bilinear', **kwargs):
+        kwargs.setdefault('in_index', [0, 1, 2, 3])
+        super().__init__(**kwargs)
+        if not isinstance(self.in_index, list):
+            raise ValueError('SegformerHead reads several maps: give in_index and '
+                             'in_channels as sequences')
+        self.interpolate_mode = interpolate_mode
+        self.linear_projs = nn.ModuleList(
+            nn.Conv2d(c, self.channels, kernel_size=1) for c in self.in_channels)
+        self.fuse = ConvModule(self.channels * len(self.in_channels), self.channels,
+                               kernel_size=1, norm_cfg=self.norm_cfg, act_cfg=self.act_cfg)
+
+    def forward(self, inputs):
+        """tuple of NCHW maps -> logits [B, K, H_0, W_0] (see class docstring)."""
+        feats = self._select_inputs(inputs)
+        size = feats[0].shape[-2:]
+        projected = [resize(proj(x), size, self.interpolate_mode, self.align_corners)
+                     for proj, x in zip(self.linear_projs, feats)]
+        x = self.fuse(torch.cat(projected[::-1], dim=1))  # deepest first (official order)
+        return self.cls_seg(x)
