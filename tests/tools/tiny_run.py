@@ -132,3 +132,22 @@ def isolated_run_state():
     """:func:`isolated` around every test."""
     with isolated():
         yield
+
+
+TINY_SEG_CONFIG = REPO / 'tests' / 'configs' / 'tiny_segformer_shapes.py'
+
+
+def write_seg_config(tmp_path, data_root=None, extra='', name='tiny_seg.py'):
+    """A config inheriting tiny_segformer_shapes.py with its data under ``data_root``
+    (default ``tmp_path/shapes_seg``, generated on first use); ``extra`` is appended."""
+    data_root = Path(data_root or Path(tmp_path) / 'shapes_seg').as_posix().rstrip('/') + '/'
+    text = f"""
+_base_ = [{str(TINY_SEG_CONFIG)!r}]
+data_root = {data_root!r}
+train_dataloader = dict(dataset=dict(data_root=data_root))
+val_dataloader = dict(dataset=dict(data_root=data_root))
+test_dataloader = val_dataloader
+""" + extra
+    path = Path(tmp_path) / name
+    path.write_text(text)
+    return str(path)

@@ -1,4 +1,4 @@
-"""Box-aware random crop (DETR's ``RandomSizeCrop``)."""
+"""Random crop, box-aware (DETR's ``RandomSizeCrop``) and label-aware (``cat_max_ratio``)."""
 import numpy as np
 from mmcv.transforms import BaseTransform
 
@@ -19,6 +19,11 @@ class RandomCrop(BaseTransform):
         allow_negative_crop (bool): if False and the image has non-ignored boxes,
             retry up to ``max_tries`` windows to keep at least one; if none does,
             the image is left uncropped (rather than returning None and skipping it).
+        cat_max_ratio (float): segmentation: retry up to ``max_tries`` windows until no
+            single class covers ``cat_max_ratio`` or more of the window's labelled
+            (not ``ignore_index``) pixels of ``gt_seg_map``, so crops are not all sky or
+            wall; if none qualifies the last window is kept. 1.0 disables the check.
+        ignore_index (int): label value not counted by ``cat_max_ratio``.
 
     Reads/updates ``img`` [H, W, ...], ``img_shape`` (h, w), ``gt_bboxes`` float [N, 4]
     xyxy, with ``gt_bboxes_labels`` [N] / ``gt_ignore_flags`` [N] filtered alike, and
@@ -26,7 +31,7 @@ class RandomCrop(BaseTransform):
     """
 
     def __init__(self, crop_size=(384, 600), crop_type='absolute_range', allow_negative_crop=True,
-                 max_tries=10):
+                 max_tries=10, cat_max_ratio=1.0, ignore_index=255):
         if crop_type not in ('absolute_range', 'absolute', 'relative'):
             raise ValueError(f'unknown crop_type {crop_type!r}')
         if crop_type == 'absolute_range' and crop_size[0] > crop_size[1]:
@@ -35,6 +40,8 @@ class RandomCrop(BaseTransform):
         self.crop_type = crop_type
         self.allow_negative_crop = allow_negative_crop
         self.max_tries = max_tries
+        self.cat_max_ratio = cat_max_ratio
+        self.ignore_index = ignore_index
 
     def _window_size(self, h, w):
         if self.crop_type == 'absolute_range':
@@ -53,19 +60,32 @@ class RandomCrop(BaseTransform):
         boxes[:, 1::2] = boxes[:, 1::2].clip(0, ch)
         return boxes, (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
 
+    def _classes_balanced(self, seg, y0, x0, ch, cw):
+        """True if no class holds ``cat_max_ratio`` of the labelled pixels of the window."""
+        if seg is None or self.cat_max_ratio >= 1:
+            return True
+        labels, counts = np.unique(seg[y0:y0 + ch, x0:x0 + cw], return_counts=True)
+        counts = counts[labels != self.ignore_index]
+        return counts.size > 0 and counts.max() < self.cat_max_ratio * counts.sum()
+
     def transform(self, results):
         h, w = results['img'].shape[:2]
         bboxes = results.get('gt_bboxes', np.zeros((0, 4), np.float32))
         ignore = results.get('gt_ignore_flags', np.zeros(len(bboxes), bool))
         need_box = not self.allow_negative_crop and (~ignore).any()
-        for _ in range(self.max_tries if need_box else 1):
+        seg = results.get('gt_seg_map')
+        check_seg = seg is not None and self.cat_max_ratio < 1
+        for _ in range(self.max_tries if need_box or check_seg else 1):
             ch, cw = self._window_size(h, w)
             y0, x0 = np.random.randint(0, h - ch + 1), np.random.randint(0, w - cw + 1)
             boxes, keep = self._crop_boxes(bboxes, x0, y0, ch, cw)
-            if not need_box or (keep & ~ignore).any():
+            box_ok = not need_box or (keep & ~ignore).any()
+            if box_ok and self._classes_balanced(seg, y0, x0, ch, cw):
                 break
         else:
-            return results
+            if not box_ok:
+                return results
+            # only cat_max_ratio failed: keep the last window (a batch needs crop-sized images)
         results['img'] = results['img'][y0:y0 + ch, x0:x0 + cw]
         results['img_shape'] = (ch, cw)
         if 'gt_seg_map' in results:
@@ -80,4 +100,5 @@ class RandomCrop(BaseTransform):
     def __repr__(self):
         return (f'{self.__class__.__name__}(crop_size={self.crop_size}, '
                 f'crop_type={self.crop_type!r}, '
-                f'allow_negative_crop={self.allow_negative_crop})')
+                f'allow_negative_crop={self.allow_negative_crop}, '
+                f'cat_max_ratio={self.cat_max_ratio})')

@@ -47,7 +47,8 @@ def read_checkpoint(path, map_location='cpu'):
         try:
             from safetensors.torch import load_file
         except ImportError as e:
-            raise ImportError(f'{path}: reading .safetensors needs `pip install safetensors`') from e
+            raise ImportError(f'{path}: reading .safetensors needs '
+                              f'`pip install safetensors`') from e
         obj = load_file(path, device=str(map_location))
     else:
         try:
@@ -177,7 +178,8 @@ def split_pretrained(init_cfg):
 
 
 def loads_pretrained(convert=None, expected_missing=()):
-    """Decorate a backbone's ``init_weights`` to load ``init_cfg`` Pretrained via :func:`load_pretrained`.
+    """Decorate a backbone's ``init_weights``: ``init_cfg`` Pretrained goes through
+    :func:`load_pretrained`.
 
     The wrapped ``init_weights`` runs first with the Pretrained entry hidden from
     ``init_cfg`` (so mmengine does not load it a second time, silently); then the
@@ -205,6 +207,6 @@ def loads_pretrained(convert=None, expected_missing=()):
                             map_location=pretrained.get('map_location', 'cpu'))
             if hasattr(self, '_params_init_info'):  # mmengine's init summary
                 from mmengine.model.weight_init import update_init_info
-                update_init_info(self, init_info=f'Pretrained (densevit): {pretrained["checkpoint"]}')
+                update_init_info(self, init_info=f'Pretrained: {pretrained["checkpoint"]}')
         return wrapper
     return wrap

@@ -1,4 +1,8 @@
-"""Plain Vision Transformer backbone (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words")."""
+"""Plain Vision Transformer backbone (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words").
+
+Also the paper's hybrid (Sec. 3.1): a CNN stem's feature map is cut into
+patches (usually of size 1) instead of the image.
+"""
 from collections.abc import Sequence
 
 import torch
@@ -7,8 +11,13 @@ from torch import nn
 
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
+from densevit.models.layers.pos_embed_builder import (build_position_embedding,
+                                                      parse_position_embedding_cfg)
 from densevit.models.layers.vit_block import TransformerEncoderLayer
 from densevit.registry import MODELS
+
+from .pretrained import loads_pretrained
+from .vit_convert import convert_vit
 
 # ViT paper, Table 1 (Ti and S from DeiT): width D, depth, heads, MLP size.
 ARCH_SETTINGS = {
@@ -40,7 +49,7 @@ def _arch_setting(arch):
 class VisionTransformer(BaseModule):
     """ViT encoder returning the patch tokens of chosen layers as feature maps.
 
-    Image -> PxP patch embedding -> [cls] + tokens -> + learned position
+    Image -> [CNN stem] -> PxP patch embedding -> [cls] + tokens -> + position
     embedding -> L pre-norm encoder layers -> (final LayerNorm). No
     classification head: a dense-prediction neck/head reads the maps.
 
@@ -63,10 +72,24 @@ class VisionTransformer(BaseModule):
         qkv_bias (bool): bias on the qkv projection.
         final_norm (bool): LayerNorm on the last layer's output (pre-norm layers
             leave it un-normalised); returned when the last layer is an output.
-        interpolate_mode (str): how the position table is resized.
-        frozen_stages (int): -1 trains everything; 0 freezes the stem (patch
-            embedding, cls token, position table); k > 0 also freezes layers
-            ``0..k-1`` (and the final norm when k = num_layers).
+        interpolate_mode (str): how learned position tables are resized.
+        pos_embed (dict | str | None): position embedding type and placement
+            (ViT paper App. D.4), e.g. ``dict(type='learned_2d',
+            placement='every_layer_shared')``; see
+            :mod:`densevit.models.layers.pos_embed_builder` for the types
+            (none, learned_1d, learned_2d, sincos_2d, relative) and placements
+            (stem, every_layer, every_layer_shared). The default,
+            ``learned_1d`` at the stem, is timm's layout (``pos_embed.weight``).
+            A per-layer placement makes ``pos_embed`` a ModuleList
+            (``pos_embed.{i}.*``, table i used before / inside layer i).
+        stem (dict, optional): a CNN backbone config (e.g. ``dict(type='ResNet',
+            depth=50, out_indices=(2,))``) for the hybrid ViT: its last output
+            map is patch-embedded (set ``patch_size=1`` for the paper's hybrid).
+            ``img_size`` stays the image size; strides multiply.
+        frozen_stages (int): -1 trains everything; 0 freezes the stem (CNN stem,
+            patch embedding, cls token, stem / shared position table); k > 0 also
+            freezes layers ``0..k-1`` with their own position tables (and the
+            final norm when k = num_layers).
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
 
     Shapes:
@@ -77,7 +100,8 @@ class VisionTransformer(BaseModule):
     def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
                  with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0., qkv_bias=True, final_norm=True,
-                 interpolate_mode='bicubic', frozen_stages=-1, init_cfg=None):
+                 interpolate_mode='bicubic', pos_embed=dict(type='learned_1d', placement='stem'),
+                 stem=None, frozen_stages=-1, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         setting = _arch_setting(arch)
         self.embed_dims = D = setting['embed_dims']
@@ -85,11 +109,22 @@ class VisionTransformer(BaseModule):
         self.patch_size = patch_size
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
 
+        stem_stride = 1
+        self.stem = None
+        if stem is not None:
+            self.stem = MODELS.build(stem)
+            in_channels, stem_stride = self.stem.out_channels[-1], self.stem.out_strides[-1]
         self.patch_embed = PatchEmbed(in_channels, D, patch_size)
+        grid_hw = self.patch_embed.output_hw(
+            (img_size[0] // stem_stride, img_size[1] // stem_stride))
         self.num_extra_tokens = 1 if with_cls_token else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if with_cls_token else None
-        self.pos_embed = LearnedPositionEmbedding(
-            self.patch_embed.output_hw(img_size), D, self.num_extra_tokens, interpolate_mode)
+        self.pos_embed_type, self.pos_embed_placement, _ = parse_position_embedding_cfg(pos_embed)
+        if self.pos_embed_type == 'sine_2d':
+            raise ValueError("pos_embed 'sine_2d' encodes a padding mask for DETR's transformer; "
+                             "for ViT tokens use 'sincos_2d'")
+        self.pos_embed = self._build_pos_embed(pos_embed, grid_hw, setting['num_heads'],
+                                               interpolate_mode)
         self.pos_drop = nn.Dropout(drop_rate)
 
         # Plain Python, not torch.linspace: the model must also build on device='meta'.
@@ -113,18 +148,43 @@ class VisionTransformer(BaseModule):
                                  f'{self.num_layers} layers')
             self.out_indices.append(i % self.num_layers)
         self.out_channels = [D] * len(self.out_indices)
-        self.out_strides = [patch_size] * len(self.out_indices)
+        self.out_strides = [stem_stride * patch_size] * len(self.out_indices)
 
         if not -1 <= frozen_stages <= self.num_layers:
             raise ValueError(f'frozen_stages must be in [-1, {self.num_layers}]')
         self.frozen_stages = frozen_stages
         self._freeze_stages()
 
+    def _build_pos_embed(self, cfg, grid_hw, num_heads, interpolate_mode):
+        """None, one table (stem / every_layer_shared) or a ModuleList (every_layer)."""
+        def build():
+            return build_position_embedding(cfg, self.embed_dims, grid_hw, num_heads,
+                                            self.num_extra_tokens, interpolate_mode)
+        if self.pos_embed_type == 'none':
+            return None
+        if self.pos_embed_placement == 'every_layer':
+            return nn.ModuleList(build() for _ in range(self.num_layers))
+        return build()
+
+    def _pos_embed_modules(self):
+        if self.pos_embed is None:
+            return []
+        if isinstance(self.pos_embed, nn.ModuleList):
+            return list(self.pos_embed)
+        return [self.pos_embed]
+
     def _frozen_modules(self):
         if self.frozen_stages < 0:
             return []
-        mods = [self.patch_embed, self.pos_embed, *self.blocks[:self.frozen_stages]]
-        if self.frozen_stages == self.num_layers and self.norm is not None:
+        k = self.frozen_stages
+        mods = [self.patch_embed, *self.blocks[:k]]
+        if self.stem is not None:
+            mods.append(self.stem)
+        if isinstance(self.pos_embed, nn.ModuleList):
+            mods.extend(self.pos_embed[:k])  # a layer's own table goes with its layer
+        elif self.pos_embed is not None:
+            mods.append(self.pos_embed)
+        if k == self.num_layers and self.norm is not None:
             mods.append(self.norm)
         return mods
 
@@ -141,11 +201,13 @@ class VisionTransformer(BaseModule):
         self._freeze_stages()
         return self
 
+    @loads_pretrained(convert_vit)
     def init_weights(self):
         """ViT init: truncated normal (std .02) for Linear weights, the class
-        token and position table; zero biases; LayerNorm to identity. The patch
+        token and position tables; zero biases; LayerNorm to identity. The patch
         convolution keeps PyTorch's default (fan-in) init. An ``init_cfg``
-        (e.g. Pretrained) is applied afterwards and overrides what it covers.
+        Pretrained checkpoint (timm / HF / densevit layout, converted by
+        ``convert_vit``) is loaded afterwards, with missing keys reported.
         """
         if not self._is_init:
             for m in self.modules():
@@ -156,7 +218,8 @@ class VisionTransformer(BaseModule):
                 elif isinstance(m, nn.LayerNorm):
                     nn.init.ones_(m.weight)
                     nn.init.zeros_(m.bias)
-            self.pos_embed.init_weights()
+            for pe in self._pos_embed_modules():
+                pe.init_weights()
             if self.cls_token is not None:
                 nn.init.trunc_normal_(self.cls_token, std=.02)
         super().init_weights()
@@ -166,22 +229,44 @@ class VisionTransformer(BaseModule):
         # a module (``pos_embed.weight``) so other PE types can replace it.
         # Renaming here, before the children are loaded, makes timm's layout load.
         bare, ours = prefix + 'pos_embed', prefix + 'pos_embed.weight'
-        if bare in state_dict and ours not in state_dict:
+        if isinstance(self.pos_embed, LearnedPositionEmbedding) and bare in state_dict \
+                and ours not in state_dict:
             state_dict[ours] = state_dict.pop(bare)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _layer_position(self, i, hw, shared):
+        """What layer i gets: (table to add [1, N, D] or None, attn bias [1, h, N, N] or None)."""
+        placement = self.pos_embed_placement
+        if self.pos_embed is None or placement == 'stem':
+            return None, None
+        if shared is None:  # every_layer: layer i's own table
+            pe = self.pos_embed[i]
+            shared = pe.table(hw) if pe.kind == 'absolute' else pe.bias(hw)
+        return (None, shared) if self.pos_embed_type == 'relative' else (shared, None)
 
     def forward(self, x):
         """x: [B, C, H, W] -> tuple of [B, D, H/P, W/P] (see class docstring)."""
         B = x.shape[0]
+        if self.stem is not None:
+            x = self.stem(x)[-1]  # hybrid: patches of the CNN's feature map
         x, (h, w) = self.patch_embed(x)  # [B, h*w, D]
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)
-        x = self.pos_drop(self.pos_embed(x, (h, w)))  # [B, E + h*w, D]
+        if self.pos_embed_placement == 'stem':
+            x = self.pos_embed(x, (h, w))
+        x = self.pos_drop(x)  # [B, E + h*w, D]
+        shared = None  # one table (or bias) built once per forward, used by every layer
+        if self.pos_embed_placement == 'every_layer_shared':
+            pe = self.pos_embed
+            shared = pe.table((h, w)) if pe.kind == 'absolute' else pe.bias((h, w))
 
         feats = {}
         last_needed = max(self.out_indices)  # layers after it would be wasted work
         for i, block in enumerate(self.blocks[:last_needed + 1]):
-            x = block(x)
+            table, attn_bias = self._layer_position(i, (h, w), shared)
+            if table is not None:
+                x = x + table
+            x = block(x, attn_mask=None if attn_bias is None else attn_bias.to(x.dtype))
             if i == self.num_layers - 1 and self.norm is not None:
                 x = self.norm(x)
             if i in self.out_indices:

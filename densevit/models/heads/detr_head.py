@@ -11,7 +11,7 @@ from mmengine.structures import InstanceData
 from torch import nn
 
 from densevit.models.layers.detr_transformer import DetrTransformer
-from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
+from densevit.models.layers.pos_embed_builder import build_position_embedding
 from densevit.registry import MODELS
 from densevit.structures import box_cxcywh_to_xyxy, box_xyxy_to_cxcywh
 
@@ -42,8 +42,10 @@ class DETRHead(BaseModule):
         embed_dims (int): transformer width (DETR: 256).
         num_queries (int): learned object queries (100).
         transformer (dict): kwargs of :class:`DetrTransformer`.
-        positional_encoding (dict): kwargs of :class:`SinePositionalEncoding2D`;
-            ``num_feats`` defaults to ``embed_dims // 2``.
+        positional_encoding (dict): a position-family config of type ``sine_2d``
+            (the default; the only type that encodes a padding mask) with the
+            kwargs of :class:`SinePositionalEncoding2D`; ``num_feats`` defaults
+            to ``embed_dims // 2``.
         criterion (dict): a ``SetCriterion`` config (``num_classes`` is filled in).
         aux_loss (bool): the same losses on every decoder layer, not only the last.
     """
@@ -57,8 +59,11 @@ class DETRHead(BaseModule):
         self.aux_loss = aux_loss
         self.input_proj = nn.Conv2d(in_channels, embed_dims, kernel_size=1)
         self.transformer = DetrTransformer(embed_dims=embed_dims, **transformer)
-        self.positional_encoding = SinePositionalEncoding2D(
-            **{'num_feats': embed_dims // 2, 'normalize': True, **positional_encoding})
+        pe_cfg = {'type': 'sine_2d', 'normalize': True, **positional_encoding}
+        if pe_cfg['type'] != 'sine_2d':
+            raise ValueError(f"DETRHead.positional_encoding must be of type 'sine_2d' (it encodes "
+                             f"the padding mask), got {pe_cfg['type']!r}")
+        self.positional_encoding = build_position_embedding(pe_cfg, embed_dims)
         self.query_embed = nn.Embedding(num_queries, embed_dims)
         self.class_embed = nn.Linear(embed_dims, num_classes + 1)
         self.bbox_embed = MLP(embed_dims, embed_dims, 4, 3)

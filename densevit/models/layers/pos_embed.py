@@ -1,9 +1,15 @@
-"""Position embeddings for token sequences, and resizing of learned tables.
+"""Learned 1D absolute position embedding, and resizing of absolute tables.
 
 A learned table is made for one patch grid (e.g. 14x14 for 224 / 16). Dense
 prediction runs at other sizes (800x1216 -> 50x76), so the grid part of the
 table is resized by 2D interpolation at every forward, as in the ViT paper's
 fine-tuning at higher resolution (Sec. 3.2).
+
+The other members of the position-embedding family live beside it:
+``pos_embed_2d.py`` (learned x/y halves, fixed sine-cosine), ``relative_position.py``
+(relative bias on attention logits); ``position_embedding.py`` builds any of them.
+All absolute members share one interface: ``table(hw) -> [1, E + h*w, D]`` and
+``forward(tokens, hw) -> tokens + table(hw)``; ``kind = 'absolute'``.
 """
 import math
 
@@ -44,12 +50,27 @@ def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens, mode='bicubic'
     return torch.cat([extra, grid], dim=1)
 
 
+def square_grid_side(num_rows, what):
+    """Side s of a square s x s grid with ``num_rows`` cells, or a clear error.
+
+    A flat table does not record its grid; only a square one can be inferred.
+    """
+    side = math.isqrt(max(num_rows, 0))
+    if side * side != num_rows:
+        raise ValueError(f'{what}: cannot resize a table of {num_rows} grid rows: the grid it was '
+                         f'made for is unknown (not a square number of patches). Resize it with '
+                         f'resize_pos_embed(table, src_hw=(h, w), ...) before loading.')
+    return side
+
+
 class LearnedPositionEmbedding(nn.Module):
-    """Learned absolute 1D position embedding, added once to the tokens.
+    """Learned absolute 1D position embedding (config type ``learned_1d``).
 
     One row per token (extra tokens first, then the patch grid row by row),
     the ViT default. The table is kept for ``num_patches_hw`` and resized to
     the input's grid on every call, so nothing depends on the input size.
+    A checkpoint table made for another square grid is resized on load; one
+    made for a non-square grid cannot be (its grid is unknown): ValueError.
 
     Args:
         num_patches_hw (tuple[int, int]): patch grid (h0, w0) of the table.
@@ -60,6 +81,8 @@ class LearnedPositionEmbedding(nn.Module):
     Parameters:
         weight: [1, E + h0*w0, D] (timm's ``pos_embed`` layout).
     """
+
+    kind = 'absolute'
 
     def __init__(self, num_patches_hw, embed_dims, num_extra_tokens=1,
                  interpolate_mode='bicubic'):
@@ -89,9 +112,8 @@ class LearnedPositionEmbedding(nn.Module):
         key = prefix + 'weight'
         table = state_dict.get(key)
         if table is not None and table.dim() == 3 and table.shape != self.weight.shape:
-            n = table.shape[1] - self.num_extra_tokens
-            side = math.isqrt(max(n, 0))
-            if side * side == n and table.shape[2] == self.weight.shape[2]:
+            if table.shape[2] == self.weight.shape[2]:
+                side = square_grid_side(table.shape[1] - self.num_extra_tokens, key)
                 print_log(f'Resizing {key} from {side}x{side} to '
                           f'{self.num_patches_hw[0]}x{self.num_patches_hw[1]} on load',
                           logger='current')

@@ -1,0 +1,76 @@
+# Quickstart for segmentation: SegFormer-B0, from scratch, on the procedural shapes as
+# class maps (background, circle, rectangle, triangle; generated under
+# data/shapes_seg/ on first use), 128x128 images, about 10 minutes on a 2-core CPU.
+#   python tools/train.py configs/quickstart/segformer_shapes.py
+#   python tools/test.py configs/quickstart/segformer_shapes.py \
+#       work_dirs/segformer_shapes/iter_800.pth --show-dir show
+_base_ = ['../_base_/seg_runtime.py']
+
+data_root = 'data/shapes_seg/'
+img_size = 128
+shapes = dict(img_size=(img_size, img_size), max_objects=4, min_size=24, max_size=64)
+norm_cfg = dict(type='BN', requires_grad=True)  # one process: plain BatchNorm
+
+model = dict(
+    type='EncoderDecoder',
+    data_preprocessor=dict(
+        type='SegDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+        bgr_to_rgb=True, pad_val=0, seg_pad_val=255),
+    backbone=dict(type='MixVisionTransformer', arch='b0', drop_path_rate=0.0),
+    decode_head=dict(
+        type='SegformerHead', in_channels=[32, 64, 160, 256], in_index=[0, 1, 2, 3],
+        channels=128, dropout_ratio=0.1, num_classes=4, norm_cfg=norm_cfg, align_corners=False,
+        loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0)),
+    train_cfg=dict(),
+    test_cfg=dict(mode='whole'))
+
+train_pipeline = [
+    dict(type='LoadImage'),
+    dict(type='LoadSegAnnotations'),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackSegInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImage'),
+    dict(type='LoadSegAnnotations'),
+    dict(type='PackSegInputs'),
+]
+
+train_dataloader = dict(
+    batch_size=8, num_workers=1, persistent_workers=True,
+    sampler=dict(type='InfiniteSampler', shuffle=True),
+    dataset=dict(
+        type='ShapesSegDataset', data_root=data_root,
+        data_prefix=dict(img_path='images/training', seg_map_path='annotations/training'),
+        pipeline=train_pipeline, generate=dict(shapes, num_images=4000, seed=0)))
+val_dataloader = dict(
+    batch_size=8, num_workers=1, persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(
+        type='ShapesSegDataset', data_root=data_root,
+        data_prefix=dict(img_path='images/validation', seg_map_path='annotations/validation'),
+        test_mode=True, pipeline=test_pipeline, generate=dict(shapes, num_images=200, seed=1)))
+test_dataloader = val_dataloader
+val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
+test_evaluator = val_evaluator
+
+max_iters = 800  # about what 10 minutes allow: the learning rate has decayed by then
+train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=200)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+
+# SegFormer's optimizer with a from-scratch learning rate: AdamW 1e-3, no decay on
+# norms, short warmup, linear decay.
+optim_wrapper = dict(
+    type='OptimWrapper',
+    optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01),
+    paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.)}))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
+    dict(type='PolyLR', eta_min=1e-5, power=1.0, by_epoch=False, begin=50, end=max_iters),
+]
+
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=20, log_metric_by_epoch=False),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=200, max_keep_ckpts=2))
+randomness = dict(seed=0)

@@ -1,0 +1,39 @@
+# SegFormer-B0 (Xie et al. 2021) on ADE20K, 512x512 crops, 160k iterations, 8 GPUs x 2
+# images. ADE20K mIoU single-scale: 37.41 (MMSegmentation), 37.4 (paper).
+# The encoder starts from ImageNet-1k MiT-B0 weights (official or Hugging Face layout,
+# converted on load) at the path below.
+#   python tools/train.py configs/segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py
+_base_ = [
+    '../_base_/models/segformer_mit-b0.py',
+    '../_base_/datasets/ade20k.py',
+    '../_base_/seg_runtime.py',
+    '../_base_/schedules/schedule_160k.py',
+]
+
+crop_size = (512, 512)
+pretrained = 'checkpoints/mit_b0.pth'
+model = dict(
+    data_preprocessor=dict(size=crop_size),
+    backbone=dict(init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    decode_head=dict(num_classes=150),
+    test_cfg=dict(mode='whole'))
+
+# AdamW 6e-5, head lr x10, no weight decay on norms (and position blocks, where a
+# backbone has them); 1500 iterations of linear warmup, then linear ("poly", power 1)
+# decay to 0.
+optim_wrapper = dict(
+    _delete_=True,
+    type='OptimWrapper',
+    optimizer=dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01),
+    paramwise_cfg=dict(custom_keys={
+        'pos_block': dict(decay_mult=0.),
+        'norm': dict(decay_mult=0.),
+        'head': dict(lr_mult=10.)}))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
+    dict(type='PolyLR', eta_min=0.0, power=1.0, by_epoch=False, begin=1500, end=160000),
+]
+
+train_dataloader = dict(batch_size=2, num_workers=2)
+val_dataloader = dict(batch_size=1, num_workers=4)
+test_dataloader = val_dataloader

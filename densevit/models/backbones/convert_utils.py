@@ -1,0 +1,135 @@
+"""Rule tables for converting checkpoint key layouts, shared by the model converters.
+
+A :class:`Layout` describes one source layout (e.g. HF ``ViTModel``): a
+signature that recognises it, rename rules, and keys to drop on purpose (with
+the reason, logged). :func:`convert_state_dict` picks the layout that explains
+the checkpoint's keys, renames them, fuses split q/k/v projections, and
+raises a ``ValueError`` naming the keys when no layout fits.
+
+Fusing: a rule may rename ``...query.weight`` to ``...qkv.weight@q`` (and
+``@k``, ``@v``); the parts are then concatenated along dim 0 in q, k, v order,
+the layout of a fused ``Linear(D, 3D)`` and of ``nn.MultiheadAttention.in_proj_*``.
+"""
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+from mmengine.logging import print_log
+
+_SHOW = 10
+_PARTS = ('q', 'k', 'v')
+
+
+@dataclass
+class Layout:
+    """One checkpoint layout.
+
+    Args:
+        name: shown in logs and errors.
+        signature: regex; the layout is considered only if some key matches it
+            (``re.search``).
+        rules: ``(regex, replacement)`` pairs tried in order; the first whose
+            regex matches the whole key renames it (``re.sub`` syntax, or a
+            callable on the match).
+        drop: ``{regex: reason}`` for keys deliberately not converted.
+        post: optional ``fn(state_dict) -> state_dict`` run after renaming and
+            fusing (e.g. to remove a token from a position table).
+    """
+    name: str
+    signature: str
+    rules: Sequence = ()
+    drop: dict = field(default_factory=dict)
+    post: Optional[Callable] = None
+
+    def rename(self, key):
+        """New name, None when dropped, or the key itself unchanged with matched=False."""
+        for pattern, repl in self.rules:
+            m = re.fullmatch(pattern, key)
+            if m:
+                return (repl(m) if callable(repl) else m.expand(repl)), True
+        if any(re.fullmatch(p, key) for p in self.drop):
+            return None, True
+        return key, False
+
+
+def fuse_parts(state_dict):
+    """Concatenate ``name@q``, ``name@k``, ``name@v`` into ``name`` (dim 0).
+
+    Incomplete groups are left as they are, so they show up as unexpected keys.
+    """
+    out, groups = OrderedDict(), OrderedDict()
+    for k, v in state_dict.items():
+        base, sep, part = k.rpartition('@')
+        if sep and part in _PARTS:
+            groups.setdefault(base, {})[part] = v
+            out.setdefault(base, None)  # keep the key order of the source
+        else:
+            out[k] = v
+    for base, parts in groups.items():
+        if set(parts) == set(_PARTS):
+            out[base] = torch.cat([parts[p] for p in _PARTS], dim=0)
+        else:
+            del out[base]
+            out.update({f'{base}@{p}': t for p, t in parts.items()})
+    return out
+
+
+def _apply(state_dict, layout):
+    out, unmatched, dropped = OrderedDict(), [], []
+    for k, v in state_dict.items():
+        new, matched = layout.rename(k)
+        if not matched:
+            unmatched.append(k)
+            out[k] = v
+        elif new is None:
+            dropped.append(k)
+        else:
+            out[new] = v
+    return out, unmatched, dropped
+
+
+def convert_state_dict(state_dict, layouts, what, strict=False, logger='current'):
+    """Convert ``state_dict`` from whichever of ``layouts`` it is in.
+
+    Args:
+        state_dict (dict): source tensors.
+        layouts (Sequence[Layout]): candidate layouts.
+        what (str): model name for messages (e.g. 'Swin').
+        strict (bool): raise when the chosen layout leaves keys unexplained;
+            otherwise they pass through unchanged (and a load reports them as
+            unexpected).
+
+    Returns:
+        OrderedDict in densevit's layout.
+
+    Raises:
+        ValueError: no layout's signature matches, or (strict) unmatched keys.
+    """
+    keys = list(state_dict)
+    candidates = [lay for lay in layouts if any(re.search(lay.signature, k) for k in keys)]
+    if not candidates:
+        raise ValueError(
+            f'{what}: checkpoint keys match no known layout '
+            f'({", ".join(lay.name for lay in layouts)}). First unmatched keys: {keys[:_SHOW]}')
+    results = [(lay, *_apply(state_dict, lay)) for lay in candidates]
+    layout, out, unmatched, dropped = min(results, key=lambda r: len(r[2]))
+    if unmatched and strict:
+        raise ValueError(f'{what}: {len(unmatched)} keys of this {layout.name} checkpoint have no '
+                         f'conversion rule. First unmatched keys: {unmatched[:_SHOW]}')
+    out = fuse_parts(out)
+    if layout.post is not None:
+        out = layout.post(out)
+    print_log(f'{what}: converting a checkpoint in the {layout.name} layout '
+              f'({len(keys)} keys -> {len(out)})', logger=logger)
+    for pattern, reason in layout.drop.items():
+        hits = [k for k in dropped if re.fullmatch(pattern, k)]
+        if hits:
+            more = '...' if len(hits) > 3 else ''
+            print_log(f'{what}: dropped {len(hits)} key(s) {hits[:3]}{more}: {reason}',
+                      logger=logger)
+    if unmatched:
+        print_log(f'{what}: {len(unmatched)} key(s) have no conversion rule and are kept as they '
+                  f'are: {unmatched[:_SHOW]}', logger=logger, level=30)
+    return out

@@ -1,0 +1,80 @@
+"""Convert Hugging Face ``transformers`` ResNet weights to our (torchvision) layout.
+
+torchvision and DETR checkpoints need no conversion: :class:`ResNet` uses
+their names. HF names every conv/BN pair ``...layer.{k}.convolution`` /
+``...layer.{k}.normalization``; this maps them to ``conv{k+1}`` / ``bn{k+1}``.
+"""
+import re
+
+# HF name (after the optional 'resnet.' prefix) -> ours; applied in order, first match wins.
+_RULES = [
+    (r'^embedder\.embedder\.convolution\.(.+)$', r'conv1.\1'),
+    (r'^embedder\.embedder\.normalization\.(.+)$', r'bn1.\1'),
+    (r'^encoder\.stages\.(\d+)\.layers\.(\d+)\.shortcut\.convolution\.(.+)$',
+     lambda m: f'layer{int(m[1]) + 1}.{m[2]}.downsample.0.{m[3]}'),
+    (r'^encoder\.stages\.(\d+)\.layers\.(\d+)\.shortcut\.normalization\.(.+)$',
+     lambda m: f'layer{int(m[1]) + 1}.{m[2]}.downsample.1.{m[3]}'),
+    (r'^encoder\.stages\.(\d+)\.layers\.(\d+)\.layer\.(\d+)\.convolution\.(.+)$',
+     lambda m: f'layer{int(m[1]) + 1}.{m[2]}.conv{int(m[3]) + 1}.{m[4]}'),
+    (r'^encoder\.stages\.(\d+)\.layers\.(\d+)\.layer\.(\d+)\.normalization\.(.+)$',
+     lambda m: f'layer{int(m[1]) + 1}.{m[2]}.bn{int(m[3]) + 1}.{m[4]}'),
+]
+# The ImageNet classifier of ResNetForImageClassification: not part of a backbone.
+_DROP = re.compile(r'^classifier\.')
+
+
+def convert_hf_resnet(state_dict):
+    """HF ``ResNetModel`` / ``ResNetForImageClassification`` state dict -> ours.
+
+    Raises:
+        KeyError: listing every key no rule covers (nothing is dropped silently
+            except the classifier).
+    """
+    out, unknown = {}, []
+    for key, value in state_dict.items():
+        name = key[len('resnet.'):] if key.startswith('resnet.') else key
+        if _DROP.match(name):
+            continue
+        for pattern, repl in _RULES:
+            new, n = re.subn(pattern, repl, name)
+            if n:
+                out[new] = value
+                break
+        else:
+            unknown.append(key)
+    if unknown:
+        raise KeyError(f'convert_hf_resnet: no mapping for {len(unknown)} keys: {unknown[:10]}')
+    return out
+
+
+def convert_resnet(state_dict):
+    """Any ResNet checkpoint -> our layout: HF keys are converted, torchvision /
+    DETR keys (ours already) pass through (the ``fc`` head and stages a model
+    does not build are dropped by :class:`ResNet` itself on load)."""
+    if any(k.startswith(('embedder.', 'resnet.embedder.')) for k in state_dict):
+        return convert_hf_resnet(state_dict)
+    return state_dict
+
+
+def resnet_kwargs_from_hf_config(config):
+    """Our ``ResNet`` kwargs for an HF ``ResNetConfig`` (block type, widths, strides, style).
+
+    Raises ValueError for HF configs our ResNet cannot express (stage widths
+    not ``embedding_size * 2^i * expansion``, activation other than ReLU).
+    """
+    bottleneck = config.layer_type == 'bottleneck'
+    expansion = 4 if bottleneck else 1
+    base = config.embedding_size
+    expected = [base * 2 ** i * expansion for i in range(4)]
+    if list(config.hidden_sizes) != expected or len(config.depths) != 4:
+        raise ValueError(f'HF hidden_sizes {config.hidden_sizes} are not the standard widths '
+                         f'{expected} for embedding_size {base}')
+    if config.hidden_act != 'relu':
+        raise ValueError(f'HF hidden_act {config.hidden_act!r} unsupported (ReLU only)')
+    return dict(
+        depth=50 if bottleneck else 18,  # picks the block type; stage_blocks sets the counts
+        stage_blocks=tuple(config.depths),
+        in_channels=config.num_channels,
+        base_channels=base,
+        strides=(2 if config.downsample_in_first_stage else 1, 2, 2, 2),
+        style='caffe' if getattr(config, 'downsample_in_bottleneck', False) else 'pytorch')

@@ -1,0 +1,118 @@
+"""ViT checkpoints (timm incl. DeiT / AugReg / MAE, Hugging Face) -> densevit's
+:class:`VisionTransformer`.
+
+Layouts recognised from the keys:
+
+- timm (and densevit's own): ``patch_embed.proj``, ``cls_token``, ``pos_embed``
+  [1, 1 + h*w, D], ``blocks.N.{norm1,attn.qkv,attn.proj,norm2,mlp.fc1,mlp.fc2}``,
+  ``norm``, ``head``. The same layout serves AugReg (timm's converted JAX
+  weights), DeiT and MAE, with these differences:
+
+  * DeiT distilled: a second extra token ``dist_token`` (its row is the
+    second of ``pos_embed``) and ``head_dist``. densevit's ViT has one class
+    token, so both the token and its position row are dropped (logged); the
+    remaining weights are the model's, but it was trained seeing that token.
+  * MAE pre-training: the encoder as timm's, plus the decoder
+    (``decoder_*``, ``mask_token``: dropped).
+  * MAE / global-pool fine-tuned: no final ``norm`` (an Identity in timm);
+    ``fc_norm`` normalises the *pooled* feature instead, so it is dropped,
+    not mapped onto the per-token final norm. Build such backbones with
+    ``final_norm=False``.
+
+- Hugging Face ``ViTModel`` / ``ViTForImageClassification`` (``vit.``), both the
+  Hub file layout (``encoder.layer.N.attention.attention.{query,key,value}``,
+  ``attention.output.dense``, ``intermediate.dense``, ``output.dense``,
+  ``layernorm_before/after``, ``layernorm``) and the transformers-5 module
+  layout (``layers.N.attention.{q,k,v,o}_proj``, ``mlp.fc1/fc2``). q, k and v
+  are concatenated into ``qkv``. Note HF ViT's LayerNorm eps is 1e-12 (ours:
+  1e-6); the difference is negligible for trained weights.
+
+Position tables made for another grid are resized when loaded (see
+``LearnedPositionEmbedding``).
+"""
+from mmengine.logging import print_log
+
+from .convert_utils import Layout, convert_state_dict
+
+_BLOCK_PARTS = r'(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)'
+
+TIMM = Layout(
+    'timm ViT', r'^blocks\.\d+\.attn\.qkv\.weight$',
+    [
+        (r'patch_embed\.proj\.(weight|bias)', r'patch_embed.proj.\1'),
+        (r'cls_token', 'cls_token'),
+        (r'dist_token', 'dist_token'),  # removed with its position row in _drop_dist_token
+        (r'pos_embed', 'pos_embed.weight'),
+        (r'pos_embed\.(.+)', r'pos_embed.\1'),  # densevit's own position modules
+        (r'blocks\.(\d+)\.' + _BLOCK_PARTS + r'\.(weight|bias)', r'blocks.\1.\2.\3'),
+        (r'norm\.(weight|bias)', r'norm.\1'),
+        (r'stem\.(.+)', r'stem.\1'),  # densevit's hybrid CNN stem
+    ],
+    drop={
+        r'head\..*': 'ImageNet classification head (not part of a backbone)',
+        r'head_dist\..*': 'DeiT distillation head (not part of a backbone)',
+        r'pre_logits\..*': 'pre-logits layer of the classifier (not part of a backbone)',
+        r'fc_norm\..*': 'norm of the pooled feature (global-pool / MAE fine-tuned classifier), '
+                        'not a per-token norm; use final_norm=False for such checkpoints',
+        r'decoder_.*|mask_token': 'MAE decoder (pre-training only)',
+    })
+
+_QKV = {'query': 'q', 'key': 'k', 'value': 'v', 'q_proj': 'q', 'k_proj': 'k', 'v_proj': 'v'}
+_HF = r'(?:vit\.)?'
+_HF_LAYER = _HF + r'(?:encoder\.layer|layers)\.(\d+)\.'
+HF = Layout(
+    'Hugging Face ViT', r'(^|\.)(encoder\.layer|layers)\.\d+\.(attention|layernorm_before)',
+    [
+        (_HF + r'embeddings\.cls_token', 'cls_token'),
+        (_HF + r'embeddings\.position_embeddings', 'pos_embed.weight'),
+        (_HF + r'embeddings\.patch_embeddings\.projection\.(weight|bias)', r'patch_embed.proj.\1'),
+        (_HF_LAYER + r'attention\.(?:attention\.)?(query|key|value|q_proj|k_proj|v_proj)\.'
+         r'(weight|bias)',
+         lambda m: f'blocks.{m[1]}.attn.qkv.{m[3]}@{_QKV[m[2]]}'),
+        (_HF_LAYER + r'attention\.(?:output\.dense|o_proj)\.(weight|bias)',
+         r'blocks.\1.attn.proj.\2'),
+        (_HF_LAYER + r'layernorm_before\.(weight|bias)', r'blocks.\1.norm1.\2'),
+        (_HF_LAYER + r'layernorm_after\.(weight|bias)', r'blocks.\1.norm2.\2'),
+        (_HF_LAYER + r'(?:intermediate\.dense|mlp\.fc1)\.(weight|bias)', r'blocks.\1.mlp.fc1.\2'),
+        (_HF_LAYER + r'(?:output\.dense|mlp\.fc2)\.(weight|bias)', r'blocks.\1.mlp.fc2.\2'),
+        (_HF + r'layernorm\.(weight|bias)', r'norm.\1'),
+    ],
+    drop={
+        _HF + r'pooler\..*': 'pooler (tanh layer on the class token, classification only)',
+        r'classifier\..*': 'ImageNet classification head (not part of a backbone)',
+        _HF + r'embeddings\.mask_token': 'masked-image-modelling token (pre-training only)',
+    })
+
+
+def _drop_dist_token(state_dict):
+    """DeiT distilled: remove ``dist_token`` and its row (the second) of the position table."""
+    if 'dist_token' not in state_dict:
+        return state_dict
+    state_dict.pop('dist_token')
+    table = state_dict.get('pos_embed.weight')
+    if table is not None:
+        state_dict['pos_embed.weight'] = table[:, [0] + list(range(2, table.shape[1]))]
+    print_log('ViT: dropped DeiT dist_token and its position row: densevit keeps one class '
+              'token (the distillation token took part in attention during training)',
+              logger='current')
+    return state_dict
+
+
+TIMM.post = _drop_dist_token
+
+
+def convert_vit(state_dict, strict=False):
+    """Convert a ViT checkpoint's ``state_dict`` to densevit's key layout.
+
+    Args:
+        state_dict (dict): timm (DeiT, AugReg, MAE) or HF ViT (or densevit) tensors.
+        strict (bool): raise on keys no rule explains (else kept, and reported
+            as unexpected when loaded).
+
+    Returns:
+        OrderedDict for :class:`~densevit.models.backbones.vit.VisionTransformer`.
+
+    Raises:
+        ValueError: the keys match no ViT layout (the first keys are listed).
+    """
+    return convert_state_dict(state_dict, [TIMM, HF], 'ViT', strict)

@@ -1,0 +1,136 @@
+"""Swin Transformer building blocks: (shifted-)window block, patch merging, one stage.
+
+Tokens travel as [B, H*W, C] with their grid (H, W) alongside, as in the
+official code; a block pads its map to whole windows and crops it back, so any
+grid size works.
+"""
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from mmcv.cnn.bricks import DropPath
+from torch import nn
+
+from .vit_block import Mlp
+from .window_attention import (WindowMultiheadAttention, shifted_window_mask, window_partition,
+                               window_reverse)
+
+
+class SwinBlock(nn.Module):
+    """``x + W-MSA(LN(x))`` then ``x + MLP(LN(x))``; W-MSA on windows shifted by M/2 if ``shift``.
+
+    Args:
+        embed_dims (int): C.
+        num_heads (int): attention heads.
+        window_size (int): M.
+        shift (bool): shifted windows (every second block of a stage).
+        mlp_ratio (float): MLP hidden width / C.
+        qkv_bias (bool), drop_rate, attn_drop_rate, drop_path_rate (float): as in ViT.
+
+    Shapes:
+        x: [B, H*W, C], hw = (H, W), mask: [nW, M*M, M*M] for the padded map
+        (only used when ``shift``) -> [B, H*W, C].
+    """
+
+    def __init__(self, embed_dims, num_heads, window_size=7, shift=False, mlp_ratio=4.,
+                 qkv_bias=True, drop_rate=0., attn_drop_rate=0., drop_path_rate=0.):
+        super().__init__()
+        self.window_size = window_size
+        self.shift_size = window_size // 2 if shift else 0
+        self.norm1 = nn.LayerNorm(embed_dims)
+        self.attn = WindowMultiheadAttention(embed_dims, num_heads, window_size, qkv_bias,
+                                             attn_drop=attn_drop_rate, proj_drop=drop_rate)
+        self.norm2 = nn.LayerNorm(embed_dims)
+        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), drop=drop_rate)
+        self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
+
+    def window_attention(self, x, hw, mask):
+        """x: [B, H*W, C] normalised tokens -> attention output, same shape."""
+        B, _, C = x.shape
+        (H, W), M, s = hw, self.window_size, self.shift_size
+        x = x.view(B, H, W, C)
+        # Pad with zeros before shifting (as the official detection code does):
+        # padded tokens then take part in attention exactly as in the reference.
+        pad_h, pad_w = (M - H % M) % M, (M - W % M) % M
+        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+        Hp, Wp = H + pad_h, W + pad_w
+        if s:
+            x = torch.roll(x, shifts=(-s, -s), dims=(1, 2))
+        x = self.attn(window_partition(x, M), mask if s else None)
+        x = window_reverse(x, M, (Hp, Wp))
+        if s:
+            x = torch.roll(x, shifts=(s, s), dims=(1, 2))
+        return x[:, :H, :W].reshape(B, H * W, C)
+
+    def forward(self, x, hw, mask=None):
+        x = x + self.drop_path(self.window_attention(self.norm1(x), hw, mask))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class PatchMerging(nn.Module):
+    """Halve the grid: concatenate each 2x2 neighbourhood (4C), LayerNorm, Linear to 2C.
+
+    Channel order of the concatenation is the official one, which pretrained
+    ``reduction`` weights depend on: (row 0, col 0), (1, 0), (0, 1), (1, 1).
+    An odd grid is padded with zeros at the bottom / right first.
+
+    Shapes: x [B, H*W, C], hw = (H, W) -> ([B, ceil(H/2)*ceil(W/2), 2C], (ceil(H/2), ceil(W/2))).
+    """
+
+    def __init__(self, in_channels, out_channels=None):
+        super().__init__()
+        out_channels = out_channels or 2 * in_channels
+        self.norm = nn.LayerNorm(4 * in_channels)
+        self.reduction = nn.Linear(4 * in_channels, out_channels, bias=False)
+
+    def forward(self, x, hw):
+        B, _, C = x.shape
+        H, W = hw
+        x = F.pad(x.view(B, H, W, C), (0, 0, 0, W % 2, 0, H % 2))
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], -1)
+        h, w = x.shape[1:3]
+        return self.reduction(self.norm(x.view(B, h * w, 4 * C))), (h, w)
+
+
+class SwinStage(nn.Module):
+    """``depth`` Swin blocks alternating regular / shifted windows, then optional patch merging.
+
+    Args:
+        embed_dims (int): C of this stage.
+        depth (int): number of blocks.
+        num_heads (int): attention heads.
+        window_size (int): M.
+        drop_path_rates (list[float]): one per block.
+        downsample (bool): end with :class:`PatchMerging` (C -> 2C, grid / 2).
+        with_cp (bool): recompute each block in the backward pass to save memory.
+        **block_kwargs: ``mlp_ratio, qkv_bias, drop_rate, attn_drop_rate``.
+
+    Shapes:
+        x [B, H*W, C], hw -> (out [B, H*W, C], hw, merged [B, h*w, 2C] or None, (h, w)).
+    """
+
+    def __init__(self, embed_dims, depth, num_heads, window_size=7, drop_path_rates=None,
+                 downsample=True, with_cp=False, **block_kwargs):
+        super().__init__()
+        drop_path_rates = drop_path_rates or [0.] * depth
+        self.window_size = window_size
+        self.with_cp = with_cp
+        self.blocks = nn.ModuleList(
+            SwinBlock(embed_dims, num_heads, window_size, shift=i % 2 == 1,
+                      drop_path_rate=drop_path_rates[i], **block_kwargs)
+            for i in range(depth))
+        self.downsample = PatchMerging(embed_dims) if downsample else None
+
+    def forward(self, x, hw):
+        M = self.window_size
+        padded = (-(-hw[0] // M) * M, -(-hw[1] // M) * M)
+        # One mask per stage: every shifted block of the stage sees the same padded grid.
+        mask = shifted_window_mask(padded, M, M // 2, x.device) if len(self.blocks) > 1 else None
+        for block in self.blocks:
+            if self.with_cp and self.training and x.requires_grad:
+                x = cp.checkpoint(block, x, hw, mask, use_reentrant=False)
+            else:
+                x = block(x, hw, mask)
+        if self.downsample is None:
+            return x, hw, None, None
+        merged, merged_hw = self.downsample(x, hw)
+        return x, hw, merged, merged_hw

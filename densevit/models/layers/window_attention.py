@@ -1,0 +1,107 @@
+"""Window self-attention with a relative position bias (Swin, Liu et al. 2021, Sec. 3.2).
+
+Attention is computed inside non-overlapping M x M windows. Every head adds a
+learned bias B[dy, dx] that depends only on the offset between two tokens of a
+window: the position family's :class:`RelativePositionBias` made for an M x M
+grid ((2M-1)^2 rows, one column per head; resized on load when a checkpoint
+used another window).
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .relative_position import RelativePositionBias
+
+# Added to the logits of token pairs that a shifted window joins across the
+# image border. The official value: exp(-100) is 0 next to any real logit, and
+# keeping it (not -inf) keeps our outputs equal to the reference's.
+MASK_VALUE = -100.0
+
+
+def window_partition(x, window_size):
+    """[B, H, W, C] (H, W multiples of M) -> [B, nW, M*M, C], windows in row-major order."""
+    B, H, W, C = x.shape
+    M = window_size
+    x = x.view(B, H // M, M, W // M, M, C).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(B, (H // M) * (W // M), M * M, C)
+
+
+def window_reverse(windows, window_size, hw):
+    """Inverse of :func:`window_partition`: [B, nW, M*M, C] -> [B, H, W, C]."""
+    B, _, _, C = windows.shape
+    M, (H, W) = window_size, hw
+    x = windows.view(B, H // M, W // M, M, M, C).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(B, H, W, C)
+
+
+def shifted_window_mask(hw, window_size, shift_size, device=None):
+    """Additive mask that keeps a shifted window's attention inside one image region.
+
+    After rolling the (padded) map by ``-shift`` each axis splits into three
+    regions: [0, H-M), [H-M, H-s) and [H-s, H) (the last one wrapped round from
+    the top/left). Tokens may attend only to tokens of the same region pair.
+
+    Args:
+        hw (tuple[int, int]): padded map size (H, W), multiples of M.
+    Returns:
+        [nW, M*M, M*M] float: 0 where allowed, ``MASK_VALUE`` elsewhere.
+    """
+    H, W = hw
+    M, s = window_size, shift_size
+
+    def regions(n):
+        idx = torch.arange(n, device=device)
+        return (idx >= n - M).long() + (idx >= n - s).long()
+
+    label = regions(H)[:, None] * 3 + regions(W)[None, :]  # [H, W], 9 regions
+    label = window_partition(label[None, :, :, None], M)[0, :, :, 0]  # [nW, M*M]
+    same = label[:, :, None] == label[:, None, :]
+    return torch.zeros(same.shape, device=device).masked_fill_(~same, MASK_VALUE)
+
+
+class WindowMultiheadAttention(nn.Module):
+    """Multi-head self-attention within windows, with a relative position bias.
+
+    Projection names follow the official Swin code (``qkv``, ``proj``); the bias
+    table is ``relative_position_bias.relative_position_bias_table`` (the
+    official ``relative_position_bias_table`` one level up; converters rename).
+
+    Args:
+        embed_dims (int): C.
+        num_heads (int): h.
+        window_size (int): M.
+        qkv_bias (bool): bias on the qkv projection.
+        attn_drop (float): dropout on attention weights (training only).
+        proj_drop (float): dropout after the output projection.
+
+    Shapes:
+        x: [B, nW, M*M, C]; mask: None or [nW, M*M, M*M] additive -> [B, nW, M*M, C].
+    """
+
+    def __init__(self, embed_dims, num_heads, window_size, qkv_bias=True, attn_drop=0.,
+                 proj_drop=0.):
+        super().__init__()
+        if embed_dims % num_heads != 0:
+            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by '
+                             f'num_heads ({num_heads})')
+        self.num_heads = num_heads
+        self.window_size = window_size
+        self.attn_drop = attn_drop
+        self.relative_position_bias = RelativePositionBias((window_size, window_size), num_heads)
+        self.qkv = nn.Linear(embed_dims, 3 * embed_dims, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x, mask=None):
+        B, nW, N, C = x.shape
+        h, M = self.num_heads, self.window_size
+        # [B, nW, N, 3C] -> 3 x [B, nW, h, N, C/h]
+        q, k, v = self.qkv(x).view(B, nW, N, 3, h, C // h).permute(3, 0, 1, 4, 2, 5).unbind(0)
+        # The same bias for every window and image: [1, h, N, N] -> [1, 1, h, N, N].
+        attn_mask = self.relative_position_bias((M, M)).to(q.dtype)[None]
+        if mask is not None:
+            attn_mask = attn_mask + mask.to(q.dtype)[None, :, None]  # + [1, nW, 1, N, N]
+        x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                           dropout_p=self.attn_drop if self.training else 0.)
+        x = x.transpose(2, 3).reshape(B, nW, N, C)
+        return self.proj_drop(self.proj(x))

@@ -1,0 +1,141 @@
+"""Encoder-decoder segmentor: backbone -> [neck] -> decode head (+ auxiliary heads)."""
+import torch.nn.functional as F
+from mmengine.model import BaseModel
+from mmengine.structures import PixelData
+from torch import nn
+
+from densevit.models.segmentors.sliding_window import slide_logits
+from densevit.registry import MODELS
+from densevit.structures import DataSample
+
+
+def _prefixed(losses, prefix):
+    return {f'{prefix}.{k}': v for k, v in losses.items()}
+
+
+@MODELS.register_module()
+class EncoderDecoder(BaseModel):
+    """Semantic segmentation with one decode head and optional auxiliary heads.
+
+    Args:
+        backbone, decode_head (dict): configs; heads take ``in_channels`` / ``in_index``
+            / ``num_classes`` from their own config (see the head contract in DESIGN.md).
+        neck (dict, optional): e.g. an MLA neck between a plain ViT and the head.
+        auxiliary_head (dict | list[dict], optional): extra heads trained alongside
+            (deep supervision, as in SETR); unused at inference. Always held in a
+            ``ModuleList``, so their losses are ``aux_0.*``, ``aux_1.*``... even for a
+            single head (mmseg calls a single one ``aux.``).
+        train_cfg (dict, optional): unused; kept for config compatibility.
+        test_cfg (dict): ``dict(mode='whole')`` runs the full image once;
+            ``dict(mode='slide', crop_size=(h, w), stride=(h, w), batch_windows=1)``
+            averages overlapping windows (see ``sliding_window.py``).
+        data_preprocessor (dict): usually ``SegDataPreprocessor``.
+
+    Loss keys: ``decode.<key>`` from the decode head, ``aux_<i>.<key>`` from auxiliary
+    head ``i`` (mmengine sums those containing ``loss``; ``acc_seg`` is only logged).
+    """
+
+    def __init__(self, backbone, decode_head, neck=None, auxiliary_head=None, train_cfg=None,
+                 test_cfg=None, data_preprocessor=None, init_cfg=None):
+        super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
+        self.backbone = MODELS.build(backbone)
+        self.neck = MODELS.build(neck) if neck is not None else None
+        self.decode_head = MODELS.build(decode_head)
+        self.align_corners = getattr(self.decode_head, 'align_corners', False)
+        if isinstance(auxiliary_head, dict):
+            auxiliary_head = [auxiliary_head]
+        self.auxiliary_head = (nn.ModuleList(MODELS.build(h) for h in auxiliary_head)
+                               if auxiliary_head else None)
+        self.train_cfg = train_cfg
+        self.test_cfg = dict(test_cfg or dict(mode='whole'))
+        mode = self.test_cfg.setdefault('mode', 'whole')
+        if mode not in ('whole', 'slide'):
+            raise ValueError(f"test_cfg.mode must be 'whole' or 'slide', got {mode!r}")
+        if mode == 'slide':
+            missing = [k for k in ('crop_size', 'stride') if k not in self.test_cfg]
+            if missing:
+                raise ValueError(f'slide inference needs test_cfg.{missing[0]} (h, w)')
+
+    def extract_feat(self, inputs):
+        """[B, 3, H, W] -> tuple of NCHW maps (backbone, then neck)."""
+        feats = self.backbone(inputs)
+        if self.neck is not None:
+            feats = self.neck(feats)
+        return feats
+
+    def encode_decode(self, inputs, batch_img_metas=None):
+        """[B, 3, H, W] -> [B, K, H, W] logits, resized bilinearly to the input size."""
+        logits = self.decode_head.predict(self.extract_feat(inputs), batch_img_metas,
+                                          self.test_cfg)
+        return F.interpolate(logits, size=inputs.shape[-2:], mode='bilinear',
+                             align_corners=self.align_corners)
+
+    def loss(self, inputs, data_samples):
+        """Labels are ``data_samples[i].gt_sem_seg`` padded to the batch size (255 = ignore)."""
+        feats = self.extract_feat(inputs)
+        losses = _prefixed(self.decode_head.loss(feats, data_samples), 'decode')
+        for i, head in enumerate(self.auxiliary_head or ()):
+            losses.update(_prefixed(head.loss(feats, data_samples), f'aux_{i}'))
+        return losses
+
+    def inference(self, inputs, batch_img_metas):
+        """[B, 3, H, W] -> [B, K, H, W] logits over the padded batch (whole or slide)."""
+        if self.test_cfg['mode'] == 'whole':
+            return self.encode_decode(inputs, batch_img_metas)
+        # a window's crops carry no padding of their own: metas of the window size
+        def window_logits(crops):
+            metas = [dict(img_shape=tuple(crops.shape[-2:]),
+                          batch_input_shape=tuple(crops.shape[-2:]))] * len(crops)
+            return self.encode_decode(crops, metas)
+        return slide_logits(window_logits, inputs, tuple(self.test_cfg['crop_size']),
+                            tuple(self.test_cfg['stride']),
+                            self.test_cfg.get('batch_windows', 1), self.align_corners)
+
+    def predict(self, inputs, data_samples=None):
+        """Predict ``pred_sem_seg`` [1, H, W] and ``seg_logits`` [K, H, W] at ``ori_shape``.
+
+        Per image: the batch padding is cut off (``img_shape``), a flip recorded in
+        the metainfo (``flip``, ``flip_direction``) is undone, the logits are resized
+        bilinearly to ``ori_shape`` and the class is their argmax. Without
+        ``data_samples`` the input is taken as unpadded and unresized.
+        """
+        if data_samples is None:
+            shape = tuple(inputs.shape[-2:])
+            data_samples = [DataSample(metainfo=dict(img_shape=shape, ori_shape=shape))
+                            for _ in range(len(inputs))]
+        metas = [ds.metainfo for ds in data_samples]
+        logits = self.inference(inputs, metas)
+        for ds, seg in zip(data_samples, logits):
+            seg = self.restore(seg, ds.metainfo)
+            ds.seg_logits = PixelData(data=seg)
+            ds.pred_sem_seg = PixelData(data=seg.argmax(0, keepdim=True))
+        return data_samples
+
+    def restore(self, logits, meta):
+        """[K, H, W] logits of the padded input -> [K, h0, w0] of the original image."""
+        h, w = meta.get('img_shape', logits.shape[-2:])[:2]
+        logits = logits[:, :h, :w]
+        if meta.get('flip', False):
+            direction = meta.get('flip_direction', 'horizontal')
+            dims = dict(horizontal=[2], vertical=[1], diagonal=[1, 2]).get(direction)
+            if dims is None:
+                raise ValueError(f'unknown flip_direction {direction!r}')
+            logits = logits.flip(dims)
+        ori = tuple(meta.get('ori_shape', (h, w))[:2])
+        if ori != (h, w):
+            logits = F.interpolate(logits[None], size=ori, mode='bilinear',
+                                   align_corners=self.align_corners)[0]
+        return logits
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        """``mode``: 'loss' -> dict of losses; 'predict' -> DataSamples with
+        ``pred_sem_seg`` / ``seg_logits``; 'tensor' -> the decode head's raw logits
+        [B, K, h, w] (at the head's resolution, for export and benchmarks)."""
+        if mode == 'loss':
+            return self.loss(inputs, data_samples)
+        if mode == 'predict':
+            return self.predict(inputs, data_samples)
+        if mode == 'tensor':
+            return self.decode_head(self.extract_feat(inputs))
+        raise ValueError(f"EncoderDecoder.forward: mode must be 'loss', 'predict' or 'tensor', "
+                         f'got {mode!r}')

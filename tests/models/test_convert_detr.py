@@ -1,0 +1,145 @@
+"""DETR checkpoint conversion: HF DetrForObjectDetection outputs reproduced; official layout."""
+import pytest
+import torch
+from mmengine.registry import DefaultScope
+
+from densevit.models.backbones.pretrained import load_pretrained, read_checkpoint
+from densevit.models.detectors.detr_convert import convert_detr
+from densevit.registry import MODELS
+from densevit.structures import DataSample
+
+D, HEADS, FFN, QUERIES, CLASSES = 32, 2, 64, 5, 3
+
+
+def _randomize(model, seed=0):
+    # Random values everywhere (HF zero-initialises biases and sets BN to identity),
+    # so every mis-mapped tensor shows in the outputs. BN variances stay positive.
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            if not t.is_floating_point():
+                continue
+            noise = torch.randn(t.shape, generator=g)
+            if name.endswith('running_var'):
+                t.copy_(0.5 + noise.abs())
+            elif 'normalization.weight' in name or name.endswith('layer_norm.weight'):
+                t.copy_(1 + 0.2 * noise)
+            else:
+                t.copy_(0.2 * noise)
+    return model
+
+
+@pytest.fixture(scope='module')
+def hf_detr(tmp_path_factory):
+    transformers = pytest.importorskip('transformers')
+    backbone = transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1],
+        layer_type='bottleneck', out_features=['stage4'])
+    cfg = transformers.DetrConfig(
+        use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
+        d_model=D, encoder_layers=1, decoder_layers=1, encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+        num_queries=QUERIES, num_labels=CLASSES, dropout=0., attention_dropout=0.,
+        activation_dropout=0., auxiliary_loss=False)
+    model = _randomize(transformers.DetrForObjectDetection(cfg)).eval()
+    path = tmp_path_factory.mktemp('hf_detr')
+    model.save_pretrained(path)  # the Hub file layout (backbone.conv_encoder, out_proj, fc1 ...)
+    return model, path / 'model.safetensors'
+
+
+def _ours():
+    cfg = dict(
+        type='DETR',
+        backbone=dict(type='ResNet', depth=50, base_channels=8, stage_blocks=(1, 1, 1, 1),
+                      out_indices=(3,), norm_cfg=dict(type='FrozenBN')),
+        bbox_head=dict(type='DETRHead', num_classes=CLASSES, embed_dims=D, num_queries=QUERIES,
+                       transformer=dict(num_heads=HEADS, num_encoder_layers=1,
+                                        num_decoder_layers=1, feedforward_channels=FFN,
+                                        dropout=0.)))
+    with DefaultScope.overwrite_default_scope('densevit'):
+        return MODELS.build(cfg).eval()
+
+
+def _batch():
+    """Two images padded to 96x128; the second's content is 64x64, so 6 of the 3x4
+    stride-32 feature cells are padding for it (masked in attention by both models)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 96, 128)
+    pixel_mask = torch.ones(2, 96, 128, dtype=torch.long)
+    pixel_mask[1, 64:], pixel_mask[1, :, 64:] = 0, 0
+    x[1, :, 64:], x[1, :, :, 64:] = 0, 0
+    samples = [DataSample(metainfo=dict(img_shape=(96, 128))),
+               DataSample(metainfo=dict(img_shape=(64, 64)))]
+    return x, pixel_mask, samples
+
+
+@pytest.mark.parametrize('source', ['hub_file', 'module_state_dict'])
+def test_hf_detr_outputs_match(hf_detr, source):
+    hf, path = hf_detr
+    sd = read_checkpoint(path) if source == 'hub_file' else hf.state_dict()
+    ours = _ours()
+    ours.load_state_dict(convert_detr(sd, strict=True), strict=True)
+    x, pixel_mask, samples = _batch()
+    with torch.no_grad():
+        ref = hf(pixel_values=x, pixel_mask=pixel_mask)
+        out = ours(x, samples, mode='tensor')
+    torch.testing.assert_close(out['pred_logits'][-1], ref.logits, atol=1e-4, rtol=0)
+    torch.testing.assert_close(out['pred_boxes'][-1], ref.pred_boxes, atol=1e-4, rtol=0)
+    if source == 'hub_file':  # the padding mask matters: the comparison covers it
+        with torch.no_grad():
+            unmasked = hf(pixel_values=x).logits
+        assert (unmasked[1] - ref.logits[1]).abs().max() > 1e-3
+
+
+def _official_state_dict(ours):
+    """densevit DETR weights under the official repository's names (written out by hand)."""
+    names = {'bbox_head.transformer.decoder_norm.': 'transformer.decoder.norm.',
+             'bbox_head.query_embed.': 'query_embed.', 'bbox_head.input_proj.': 'input_proj.',
+             'bbox_head.class_embed.': 'class_embed.', 'bbox_head.bbox_embed.': 'bbox_embed.',
+             'backbone.': 'backbone.0.body.'}
+    sd = {}
+    for k, v in ours.state_dict().items():
+        for new, old in names.items():
+            if k.startswith(new):
+                k = old + k[len(new):]
+                break
+        else:
+            part = k.split('.')  # bbox_head.transformer.{encoder,decoder}.N.<module>...
+            module = {'cross_attn': 'multihead_attn', 'ffn': None}.get(part[4], part[4])
+            rest = part[5:] if module is None else [module] + part[5:]
+            k = '.'.join(['transformer', part[2], 'layers', part[3]] + rest)
+        sd[k] = v
+    return sd
+
+
+def test_official_layout(hf_detr):
+    hf, _ = hf_detr
+    ours = _ours()
+    ours.load_state_dict(convert_detr(hf.state_dict(), strict=True))
+    official = _official_state_dict(ours)
+    assert 'transformer.decoder.layers.0.multihead_attn.in_proj_weight' in official
+    assert 'transformer.encoder.layers.0.linear1.weight' in official
+    assert 'backbone.0.body.layer1.0.downsample.1.running_var' in official
+    converted = convert_detr(official, strict=True)
+    expected = ours.state_dict()
+    assert set(converted) == set(expected)
+    for k, v in expected.items():
+        torch.testing.assert_close(converted[k], v, rtol=0, atol=0)
+
+
+def test_whole_checkpoint_through_load_pretrained(hf_detr, tmp_path):
+    """An official file ({'model': ...}) loads into the detector with nothing left over."""
+    hf, _ = hf_detr
+    src = _ours()
+    src.load_state_dict(convert_detr(hf.state_dict()))
+    torch.save({'model': _official_state_dict(src)}, tmp_path / 'detr.pth')
+    dst = _ours()
+    report = load_pretrained(dst, tmp_path / 'detr.pth', convert=convert_detr)
+    assert not (report.missing or report.unexpected or report.mismatched)
+    torch.testing.assert_close(dst.bbox_head.class_embed.weight, src.bbox_head.class_embed.weight)
+
+
+def test_unknown_layout_is_an_error_listing_keys():
+    sd = {'layers.0.blocks.0.attn.qkv.weight': torch.zeros(1), 'norm.weight': torch.zeros(1)}
+    with pytest.raises(ValueError, match=r'match no known layout.*layers\.0\.blocks'):
+        convert_detr(sd)

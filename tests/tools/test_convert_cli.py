@@ -1,0 +1,103 @@
+"""tools/convert/{vit,swin,detr,mit}.py: read safely, convert, save a plain state dict."""
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from densevit.models.backbones.mit import MixVisionTransformer
+from densevit.models.backbones.swin import SwinTransformer
+from densevit.models.backbones.vit import VisionTransformer
+
+TOOLS = Path(__file__).resolve().parents[2] / 'tools' / 'convert'
+
+
+def _tool(name):
+    """Import tools/convert/<name>.py as a module (its sibling _common.py importable)."""
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
+    spec = importlib.util.spec_from_file_location(f'convert_tool_{name}', TOOLS / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _swin():
+    return SwinTransformer(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2)),
+                           window_size=4, out_indices=(1,))
+
+
+def test_swin_command_line(tmp_path):
+    """A real process: the official layout in, densevit's out, loadable strictly."""
+    src = _swin()
+    sd = {}
+    for k, v in src.state_dict().items():  # densevit -> official names
+        k = k.replace('attn.relative_position_bias.', 'attn.')
+        sd['norm.' + k[len('norm1.'):] if k.startswith('norm1.') else k] = v
+    torch.save({'model': sd}, tmp_path / 'official.pth')
+    run = subprocess.run([sys.executable, str(TOOLS / 'swin.py'), str(tmp_path / 'official.pth'),
+                          str(tmp_path / 'out.pth')], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    n = len(sd)
+    assert re.search(rf'official\.pth: {n} tensors -> .*out\.pth: {n} tensors', run.stdout)
+    _swin().load_state_dict(torch.load(tmp_path / 'out.pth', weights_only=True), strict=True)
+
+
+def test_unknown_layout_fails_with_the_keys(tmp_path, capsys):
+    torch.save({'conv1.weight': torch.zeros(1)}, tmp_path / 'resnet.pth')
+    assert _tool('swin').main([str(tmp_path / 'resnet.pth'), str(tmp_path / 'out.pth')]) == 1
+    assert 'conv1.weight' in capsys.readouterr().err
+    assert not (tmp_path / 'out.pth').exists()
+
+
+def test_vit_tool_safetensors_and_unmatched(tmp_path):
+    pytest.importorskip('safetensors')
+    from safetensors.torch import save_file
+    vit = VisionTransformer(arch=dict(embed_dims=32, num_layers=1, num_heads=2,
+                                      feedforward_channels=64), img_size=32, patch_size=8)
+    sd = dict(vit.state_dict())
+    sd['pos_embed'] = sd.pop('pos_embed.weight')  # timm's name
+    sd['reg_token'] = torch.zeros(1, 4, 32)  # no rule for it
+    save_file(sd, str(tmp_path / 'timm.safetensors'))
+    tool = _tool('vit')
+    args = [str(tmp_path / 'timm.safetensors'), str(tmp_path / 'vit.safetensors')]
+    assert tool.main(args) == 1  # strict by default
+    assert tool.main(args + ['--keep-unmatched']) == 0
+    from safetensors.torch import load_file
+    out = load_file(str(tmp_path / 'vit.safetensors'))
+    assert 'reg_token' in out and 'pos_embed.weight' in out
+
+
+def test_detr_tool_prefix(tmp_path):
+    """--prefix takes one part of a bigger file (here: a densevit DETR inside a wrapper)."""
+    from mmengine.registry import DefaultScope
+
+    from densevit.registry import MODELS
+    cfg = dict(type='DETR',
+               backbone=dict(type='ResNet', depth=18, base_channels=8, out_indices=(3,)),
+               bbox_head=dict(type='DETRHead', num_classes=2, embed_dims=16, num_queries=3,
+                              transformer=dict(num_heads=2, num_encoder_layers=1,
+                                               num_decoder_layers=1, feedforward_channels=32)))
+    with DefaultScope.overwrite_default_scope('densevit'):
+        detr = MODELS.build(cfg)
+    torch.save({f'teacher.{k}': v for k, v in detr.state_dict().items()}, tmp_path / 'in.pth')
+    assert _tool('detr').main([str(tmp_path / 'in.pth'), str(tmp_path / 'out.pth'),
+                               '--prefix', 'teacher.']) == 0
+    detr.load_state_dict(torch.load(tmp_path / 'out.pth', weights_only=True), strict=True)
+
+
+def test_mit_tool(tmp_path):
+    mit = MixVisionTransformer(arch=None, embed_dims=[8, 16, 24, 32], num_layers=[1, 1, 1, 1],
+                               num_heads=[1, 1, 2, 2])
+    official = {}
+    for k, v in mit.state_dict().items():  # densevit -> official NVlabs names
+        k = re.sub(r'stages\.(\d+)\.patch_embed\.', lambda m: f'patch_embed{int(m[1]) + 1}.', k)
+        k = re.sub(r'stages\.(\d+)\.blocks\.', lambda m: f'block{int(m[1]) + 1}.', k)
+        k = re.sub(r'stages\.(\d+)\.norm\.', lambda m: f'norm{int(m[1]) + 1}.', k)
+        official[k.replace('mlp.dwconv.', 'mlp.dwconv.dwconv.')] = v
+    torch.save(official, tmp_path / 'mit_official.pth')
+    assert _tool('mit').main([str(tmp_path / 'mit_official.pth'), str(tmp_path / 'out.pth')]) == 0
+    mit.load_state_dict(torch.load(tmp_path / 'out.pth', weights_only=True), strict=True)

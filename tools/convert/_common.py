@@ -1,0 +1,43 @@
+"""Shared command line of the checkpoint converters in this folder."""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+
+from densevit.models.backbones.pretrained import read_checkpoint, select_prefix  # noqa: E402
+
+
+def run(convert, what, argv=None):
+    """``IN OUT [--prefix P] [--keep-unmatched]``: read safely, convert, save a plain state dict.
+
+    Returns 0 on success (the process exit status).
+    """
+    p = argparse.ArgumentParser(
+        description=f'Convert a {what} checkpoint to densevit\'s key layout. The input is read '
+                    f'with torch.load(weights_only=True) (or safetensors); the output is a plain '
+                    f'state dict for init_cfg=dict(type="Pretrained", checkpoint=OUT).')
+    p.add_argument('src', help='input checkpoint (.pth / .bin / .safetensors)')
+    p.add_argument('dst', help='output file (.pth, or .safetensors)')
+    p.add_argument('--prefix', help="convert only keys under this prefix (e.g. 'backbone.')")
+    p.add_argument('--keep-unmatched', action='store_true',
+                   help='write keys no conversion rule explains as they are, instead of failing')
+    args = p.parse_args(argv)
+
+    state_dict = select_prefix(read_checkpoint(args.src), args.prefix)
+    try:
+        out = convert(state_dict, strict=not args.keep_unmatched)
+    except ValueError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 1
+    out = {k: v.contiguous() for k, v in out.items()}
+    if args.dst.endswith('.safetensors'):
+        from safetensors.torch import save_file
+        save_file(out, args.dst)
+    else:
+        torch.save(out, args.dst)
+    print(f'{args.src}: {len(state_dict)} tensors -> {args.dst}: {len(out)} tensors '
+          f'({sum(v.numel() for v in out.values()):,} values)')
+    return 0
