@@ -18,21 +18,29 @@ from mmengine.runner import Runner
 import densevit  # noqa: F401
 
 
-def plot(work_dirs, out_file, keys=('coco/bbox_mAP_50', 'coco/bbox_mAP')):
+# what to draw per task, and the scale its metrics are reported on
+CURVE_KEYS = {'coco/bbox_mAP_50': (('coco/bbox_mAP_50', 'coco/bbox_mAP'), 1.0),
+              'mIoU': (('mIoU', 'mAcc'), 100.0)}
+
+
+def plot(work_dirs, out_file):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 4))
+    top = 1.0
     for wd in work_dirs:
         with open(osp.join(wd, 'training_clock.csv')) as f:
             rows = list(csv.DictReader(f))
+        if not rows:
+            continue
+        keys, top = next((v for k, v in CURVE_KEYS.items() if k in rows[0]), ((), 1.0))
         for key, style in zip(keys, ('-o', '--s')):
-            if rows and key in rows[0]:
-                ax.plot([float(r['minutes']) for r in rows], [float(r[key]) for r in rows], style,
-                        label=f'{osp.basename(osp.normpath(wd))} {key.split("/")[-1]}')
+            ax.plot([float(r['minutes']) for r in rows], [float(r[key]) for r in rows], style,
+                    label=f'{osp.basename(osp.normpath(wd))} {key.split("/")[-1]}')
     ax.set_xlabel('training minutes (2-core CPU)')
-    ax.set_ylabel('COCO metric on val')
-    ax.set_ylim(0, 1)
+    ax.set_ylabel('metric on val')
+    ax.set_ylim(0, top)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
