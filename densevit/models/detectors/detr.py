@@ -25,8 +25,12 @@ class DETR(BaseModel):
         channels = (self.neck or self.backbone).out_channels
         self.feat_index = feat_index
         bbox_head = dict(bbox_head)
-        bbox_head.setdefault('in_channels', channels[feat_index])
+        bbox_head.setdefault('in_channels', self.head_in_channels(channels))
         self.bbox_head = MODELS.build(bbox_head)
+
+    def head_in_channels(self, channels):
+        """The head's ``in_channels`` given the backbone / neck ``out_channels``."""
+        return channels[self.feat_index]
 
     def extract_feat(self, inputs):
         """inputs [B, 3, H, W] -> the feature map the head reads [B, C, h, w]."""
@@ -42,6 +46,12 @@ class DETR(BaseModel):
         Each image occupies the top-left ``img_shape`` of the padded batch; the pixel mask
         is resized to the feature grid by nearest neighbour, as in DETR.
         """
+        mask = DETR.pixel_mask(inputs, data_samples)
+        return F.interpolate(mask[None].float(), size=feat.shape[-2:])[0].bool()
+
+    @staticmethod
+    def pixel_mask(inputs, data_samples):
+        """[B, H, W] bool at input resolution, True outside each image's ``img_shape``."""
         B, _, H, W = inputs.shape
         mask = torch.zeros(B, H, W, dtype=torch.bool, device=inputs.device)
         if data_samples is not None:
@@ -49,7 +59,7 @@ class DETR(BaseModel):
             for m, ds in zip(mask, data_samples):
                 h, w = ds.metainfo.get('img_shape', (H, W))[:2]
                 m[:h, :w] = False
-        return F.interpolate(mask[None].float(), size=feat.shape[-2:])[0].bool()
+        return mask
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
         """``mode``: 'loss' -> dict of losses; 'predict' -> DataSamples with ``pred_instances``;

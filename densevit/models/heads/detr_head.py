@@ -5,31 +5,18 @@ The pieces a faster-converging variant changes are separate methods:
 DETR's box format) and ``loss_by_layer`` (the criterion per decoder layer).
 """
 import torch
-import torch.nn.functional as F
 from mmengine.model import BaseModule
 from mmengine.structures import InstanceData
 from torch import nn
 
 from densevit.models.layers.detr_transformer import DetrTransformer
+from densevit.models.layers.mlp import MLP
 from densevit.models.layers.pos_embed_builder import build_position_embedding
 from densevit.registry import MODELS
 from densevit.structures import box_cxcywh_to_xyxy, box_xyxy_to_cxcywh
 
 from ..losses.set_criterion import num_boxes_across_ranks
-
-
-class MLP(nn.Module):
-    """``num_layers`` Linear layers with ReLU between them (DETR's box predictor: 3 layers)."""
-
-    def __init__(self, in_dims, hidden_dims, out_dims, num_layers):
-        super().__init__()
-        dims = [in_dims] + [hidden_dims] * (num_layers - 1)
-        self.layers = nn.ModuleList(nn.Linear(i, o) for i, o in zip(dims, dims[1:] + [out_dims]))
-
-    def forward(self, x):
-        for i, layer in enumerate(self.layers):
-            x = layer(x) if i == len(self.layers) - 1 else F.relu(layer(x))
-        return x
+from .denoising import DenoisingQueries
 
 
 @MODELS.register_module()
@@ -48,11 +35,18 @@ class DETRHead(BaseModule):
             to ``embed_dims // 2``.
         criterion (dict): a ``SetCriterion`` config (``num_classes`` is filled in).
         aux_loss (bool): the same losses on every decoder layer, not only the last.
+        dn_cfg (dict | None): denoising training (kwargs of
+            :class:`~densevit.models.heads.denoising.DenoisingQueries`, e.g.
+            ``dict(label_noise_scale=0.5, box_noise_scale=1.0, num_dn_queries=100)``);
+            DN queries get ``tgt`` = label embedding and ``query_pos`` = MLP(sine(noised
+            box)), matching queries keep the learned ``query_pos`` and zero ``tgt``.
+            Their losses (``dn_loss_*``) use the fixed assignment to the GT they came from.
     """
 
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=100,
                  transformer=dict(), positional_encoding=dict(),
-                 criterion=dict(type='SetCriterion'), aux_loss=True, init_cfg=None):
+                 criterion=dict(type='SetCriterion'), aux_loss=True, dn_cfg=None,
+                 init_cfg=None):
         super().__init__(init_cfg)
         self.num_classes = num_classes
         self.num_queries = num_queries
@@ -68,22 +62,51 @@ class DETRHead(BaseModule):
         self.class_embed = nn.Linear(embed_dims, num_classes + 1)
         self.bbox_embed = MLP(embed_dims, embed_dims, 4, 3)
         self.criterion = MODELS.build(dict(criterion, num_classes=num_classes))
+        self.dn = DenoisingQueries(num_classes, embed_dims, **dn_cfg) if dn_cfg else None
+
+    def build_denoising(self, data_samples):
+        """The DN queries of a training batch (a dict, see ``DenoisingQueries``) or None
+        (no ``dn_cfg``, eval mode, no ground truth)."""
+        if self.dn is None or not self.training or not data_samples or \
+                'gt_instances' not in data_samples[0]:
+            return None
+        return self.dn(self.get_targets(data_samples), self.num_queries)
 
     def build_queries(self, batch_size, data_samples=None):
-        """Decoder inputs -> (tgt or None [B, Q, D], query_pos [B, Q, D], self_attn_mask or None)."""
+        """Decoder inputs -> (tgt or None [B, Q', D], query_pos [B, Q', D],
+        self_attn_mask [Q', Q'] or None, dn dict or None); Q' = N_dn + Q with DN queries first."""
         query_pos = self.query_embed.weight.unsqueeze(0).expand(batch_size, -1, -1)
-        return None, query_pos, None
+        dn = self.build_denoising(data_samples)
+        if dn is None:
+            return None, query_pos, None, None
+        tgt = torch.cat([dn['tgt'], query_pos.new_zeros(query_pos.shape)], 1)
+        query_pos = torch.cat([dn['query_pos'], query_pos], 1)
+        return tgt, query_pos, dn['attn_mask'], dn
+
+    @staticmethod
+    def split_denoising(out, dn):
+        """Move the first ``dn['num_dn']`` queries of ``out`` (tensors [L, B, Q', ...]) to
+        ``out['dn']`` (with the DN meta), leaving the matching queries in ``out``."""
+        if dn is None:
+            return out
+        n = dn['num_dn']
+        dn_out = {k: v[:, :, :n] for k, v in out.items()}
+        out = {k: v[:, :, n:] for k, v in out.items()}
+        out['dn'] = dict(dn_out, indices=dn['indices'], num_groups=dn['num_groups'])
+        return out
 
     def forward(self, feat, mask, data_samples=None):
         """feat [B, C, H, W], mask [B, H, W] bool (True = padding) ->
-        dict(pred_logits [L, B, Q', K+1], pred_boxes [L, B, Q', 4] normalized cxcywh)
-        for the L decoder layers (Q' = Q plus any extra query groups)."""
+        dict(pred_logits [L, B, Q, K+1], pred_boxes [L, B, Q, 4] normalized cxcywh)
+        for the L decoder layers; in training with ``dn_cfg`` also ``dn``: the DN
+        queries' ``pred_logits`` / ``pred_boxes`` [L, B, N_dn, ...], ``indices``, ``num_groups``."""
         src = self.input_proj(feat)
         pos = self.positional_encoding(mask).to(src.dtype).flatten(2).transpose(1, 2)
-        tgt, query_pos, attn_mask = self.build_queries(src.shape[0], data_samples)
+        tgt, query_pos, attn_mask, dn = self.build_queries(src.shape[0], data_samples)
         hs, _ = self.transformer(src.flatten(2).transpose(1, 2), mask.flatten(1), pos, query_pos,
                                  tgt=tgt, self_attn_mask=attn_mask)
-        return dict(pred_logits=self.class_embed(hs), pred_boxes=self.bbox_embed(hs).sigmoid())
+        out = dict(pred_logits=self.class_embed(hs), pred_boxes=self.bbox_embed(hs).sigmoid())
+        return self.split_denoising(out, dn)
 
     def get_targets(self, data_samples):
         """Ground truth per image: ``labels`` [N], ``boxes`` [N, 4] cxcywh normalized by the
@@ -97,25 +120,36 @@ class DETRHead(BaseModule):
                                 boxes=box_xyxy_to_cxcywh(boxes.float()) / scale))
         return targets
 
-    def loss_by_layer(self, outputs, targets, num_boxes):
-        """One decoder layer's losses: dict of scalars."""
-        return self.criterion(outputs, targets, num_boxes)
+    def loss_by_layer(self, outputs, targets, num_boxes, indices=None):
+        """One decoder layer's losses: dict of scalars (``indices``: a fixed assignment)."""
+        return self.criterion(outputs, targets, num_boxes, indices=indices)
+
+    def layer_losses(self, out, targets, num_boxes, prefix=''):
+        """Losses of every decoder layer in ``out`` (and of its DN queries, if any):
+        the last layer unprefixed (``loss_cls``), the others ``d{i}.loss_cls``; DN
+        losses ``dn_loss_cls`` / ``d{i}.dn_loss_cls``."""
+        num_layers = out['pred_logits'].shape[0]
+        layers = range(num_layers) if self.aux_loss else [num_layers - 1]
+        dn = out.get('dn')
+        losses = {}
+        for i in layers:
+            tag = prefix + ('' if i == num_layers - 1 else f'd{i}.')
+            layer = dict(pred_logits=out['pred_logits'][i], pred_boxes=out['pred_boxes'][i])
+            losses.update({tag + k: v for k, v in
+                           self.loss_by_layer(layer, targets, num_boxes).items()})
+            if dn is not None:
+                dn_layer = dict(pred_logits=dn['pred_logits'][i], pred_boxes=dn['pred_boxes'][i])
+                dn_losses = self.loss_by_layer(dn_layer, targets, num_boxes * dn['num_groups'],
+                                               indices=dn['indices'])
+                losses.update({tag + 'dn_' + k: v for k, v in dn_losses.items()})
+        return losses
 
     def loss(self, feat, mask, data_samples):
         """Losses of the last decoder layer (``loss_cls`` ...) and of the others (``d{i}.loss_cls``)."""
         out = self(feat, mask, data_samples)
         targets = self.get_targets(data_samples)
-        num_boxes = num_boxes_across_ranks(targets, feat.device)
-        num_layers = out['pred_logits'].shape[0]
-        layers = range(num_layers) if self.aux_loss else [num_layers - 1]
-        losses = {}
-        for i in layers:
-            layer_losses = self.loss_by_layer(
-                dict(pred_logits=out['pred_logits'][i], pred_boxes=out['pred_boxes'][i]),
-                targets, num_boxes)
-            prefix = '' if i == num_layers - 1 else f'd{i}.'
-            losses.update({prefix + k: v for k, v in layer_losses.items()})
-        return losses
+        num_boxes = num_boxes_across_ranks(targets, out['pred_logits'].device)
+        return self.layer_losses(out, targets, num_boxes)
 
     def predict(self, feat, mask, data_samples, rescale=True):
         """Detections per image (all queries, no threshold, as DETR evaluates).

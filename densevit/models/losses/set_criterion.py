@@ -16,6 +16,18 @@ def num_boxes_across_ranks(targets, device):
     return n.clamp(min=1).item()
 
 
+def sigmoid_focal_loss(logits, targets, alpha=0.25, gamma=2.0):
+    """Focal loss (Lin et al. 2017) per element: logits, targets [...] (targets in {0, 1})
+    -> [...]; α weighs positives, 1 − α negatives (α < 0: no weighting)."""
+    p = logits.sigmoid()
+    ce = F.binary_cross_entropy_with_logits(logits, targets, reduction='none')
+    p_t = p * targets + (1 - p) * (1 - targets)
+    loss = ce * (1 - p_t) ** gamma
+    if alpha >= 0:
+        loss = loss * (alpha * targets + (1 - alpha) * (1 - targets))
+    return loss
+
+
 @MODELS.register_module()
 class SetCriterion(nn.Module):
     """Hungarian-matched classification + box losses for one decoder layer's predictions.
@@ -29,13 +41,19 @@ class SetCriterion(nn.Module):
         matcher (dict): a ``TASK_UTILS`` config, e.g. ``HungarianMatcher``.
         loss_weights (dict): ``loss_cls``, ``loss_bbox``, ``loss_iou`` (DETR: 1, 5, 2).
         no_object_weight (float): class weight of "no object" (0.1).
+        use_focal (bool): sigmoid focal loss over K logits instead (Deformable DETR;
+            ``pred_logits`` [B, Q, K], "no object" = all-zero target), summed over
+            queries and classes and divided by ``num_boxes``.
+        focal_alpha, focal_gamma (float): focal loss α (0.25) and γ (2).
     """
 
     def __init__(self, num_classes, matcher=dict(type='HungarianMatcher'),
                  loss_weights=dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0),
-                 no_object_weight=0.1):
+                 no_object_weight=0.1, use_focal=False, focal_alpha=0.25, focal_gamma=2.0):
         super().__init__()
         self.num_classes = num_classes
+        self.use_focal = use_focal
+        self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
         self.matcher = TASK_UTILS.build(matcher)
         self.loss_weights = dict(loss_weights)
         class_weight = torch.ones(num_classes + 1)
@@ -64,8 +82,13 @@ class SetCriterion(nn.Module):
                                     device=logits.device)
         target_classes[batch_idx, src_idx] = torch.cat(
             [t['labels'][j] for t, (_, j) in zip(targets, indices)]).to(logits.device)
-        loss_cls = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
-                                   self.class_weight.to(logits.device))
+        if self.use_focal:
+            onehot = F.one_hot(target_classes, self.num_classes + 1)[..., :-1].to(logits.dtype)
+            loss_cls = sigmoid_focal_loss(logits.float(), onehot.float(), self.focal_alpha,
+                                          self.focal_gamma).sum() / num_boxes
+        else:
+            loss_cls = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
+                                       self.class_weight.to(logits.device))
 
         src_boxes = boxes[batch_idx, src_idx].float()
         tgt_boxes = torch.cat([t['boxes'][j] for t, (_, j) in zip(targets, indices)]).to(src_boxes)

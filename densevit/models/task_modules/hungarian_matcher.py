@@ -16,15 +16,21 @@ class HungarianMatcher:
     Args:
         cost_class, cost_bbox, cost_giou (float): weights of the three costs (DETR: 1, 5, 2).
         use_sigmoid (bool): class probabilities by sigmoid (focal-loss heads) instead of softmax.
+        focal (bool): Deformable DETR's class cost for focal-loss heads (implies sigmoid):
+            the focal loss of calling the prediction positive minus that of calling it
+            negative, ``α(1−p)^γ(−log p) − (1−α)p^γ(−log(1−p))``.
+        focal_alpha, focal_gamma (float): α (0.25) and γ (2) of that cost.
     """
 
-    def __init__(self, cost_class=1.0, cost_bbox=5.0, cost_giou=2.0, use_sigmoid=False):
+    def __init__(self, cost_class=1.0, cost_bbox=5.0, cost_giou=2.0, use_sigmoid=False,
+                 focal=False, focal_alpha=0.25, focal_gamma=2.0):
         if cost_class == 0 and cost_bbox == 0 and cost_giou == 0:
             raise ValueError('HungarianMatcher: all costs are 0')
         self.cost_class = cost_class
         self.cost_bbox = cost_bbox
         self.cost_giou = cost_giou
-        self.use_sigmoid = use_sigmoid
+        self.use_sigmoid = use_sigmoid or focal
+        self.focal, self.focal_alpha, self.focal_gamma = focal, focal_alpha, focal_gamma
 
     def cost_matrix(self, outputs, targets):
         """[B, Q, ΣN] matching cost of every prediction against every target of the batch."""
@@ -35,7 +41,14 @@ class HungarianMatcher:
         out_boxes = boxes.flatten(0, 1).float()
         tgt_labels = torch.cat([t['labels'] for t in targets]).long()
         tgt_boxes = torch.cat([t['boxes'] for t in targets]).float()
-        cost = -prob[:, tgt_labels] * self.cost_class
+        if self.focal:
+            p = prob[:, tgt_labels]
+            a, g = self.focal_alpha, self.focal_gamma
+            pos = a * (1 - p) ** g * -(p + 1e-8).log()
+            neg = (1 - a) * p ** g * -(1 - p + 1e-8).log()
+            cost = (pos - neg) * self.cost_class
+        else:
+            cost = -prob[:, tgt_labels] * self.cost_class
         cost = cost + self.cost_bbox * torch.cdist(out_boxes, tgt_boxes, p=1)
         cost = cost - self.cost_giou * generalized_box_iou(
             box_cxcywh_to_xyxy(out_boxes), box_cxcywh_to_xyxy(tgt_boxes))

@@ -1,0 +1,181 @@
+"""Deformable DETR's head (Zhu et al. 2021): per-level input projections, deformable
+transformer, sigmoid classifier, box predictor relative to reference points.
+
+Shares DETRHead's targets, losses (with ``use_focal`` in SetCriterion), denoising
+and detector interface; what differs is the multi-scale input, the decoder's
+reference points and the top-k post-processing.
+"""
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+from mmengine.structures import InstanceData
+from torch import nn
+
+from densevit.models.layers.deformable_detr_transformer import (DeformableDetrTransformer,
+                                                                inverse_sigmoid)
+from densevit.models.layers.mlp import MLP
+from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
+from densevit.registry import MODELS
+from densevit.structures import box_cxcywh_to_xyxy
+
+from .denoising import DenoisingQueries
+from .detr_head import DETRHead
+
+
+@MODELS.register_module()
+class DeformableDETRHead(DETRHead):
+    """Deformable DETR head on L feature levels.
+
+    Args:
+        num_classes (int): K (sigmoid classifier: K outputs, no "no object" logit).
+        in_channels (list[int]): channels of the maps from the backbone / neck.
+        embed_dims (int): D (256). num_queries (int): 300.
+        num_feature_levels (int): L (4); levels beyond ``len(in_channels)`` are made by
+            3×3 stride-2 convolutions (the first from the last input map).
+        transformer (dict): kwargs of :class:`DeformableDetrTransformer`.
+        positional_encoding (dict): kwargs of :class:`SinePositionalEncoding2D`
+            (default: normalised, offset −0.5, as Deformable DETR).
+        criterion (dict): a ``SetCriterion`` config (``use_focal=True`` for the paper).
+        with_box_refine (bool): iterative bounding box refinement (§4.2), one class/box
+            predictor per decoder layer; otherwise one shared predictor.
+        num_dets (int): detections kept per image: top-k over queries × classes (100).
+        norm_groups (int): GroupNorm groups of the input projections (32).
+        dn_cfg (dict | None): denoising queries (see :class:`DETRHead`); their reference
+            points are the noised box centres.
+    """
+
+    def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=300,
+                 num_feature_levels=4, transformer=dict(), positional_encoding=dict(),
+                 criterion=dict(type='SetCriterion', use_focal=True), aux_loss=True,
+                 with_box_refine=False, num_dets=100, norm_groups=32, dn_cfg=None,
+                 init_cfg=None):
+        BaseModule.__init__(self, init_cfg)  # DETRHead's own layers are not built
+        in_channels = list(in_channels) if isinstance(in_channels, (list, tuple)) \
+            else [in_channels]
+        self.num_classes, self.num_queries, self.aux_loss = num_classes, num_queries, aux_loss
+        self.num_dets, self.with_box_refine = num_dets, with_box_refine
+        self.input_proj = nn.ModuleList()
+        for c in in_channels[:num_feature_levels]:
+            self.input_proj.append(nn.Sequential(nn.Conv2d(c, embed_dims, 1),
+                                                 nn.GroupNorm(norm_groups, embed_dims)))
+        c = in_channels[-1]
+        for _ in range(num_feature_levels - len(in_channels)):
+            self.input_proj.append(nn.Sequential(nn.Conv2d(c, embed_dims, 3, 2, 1),
+                                                 nn.GroupNorm(norm_groups, embed_dims)))
+            c = embed_dims
+        self.transformer = DeformableDetrTransformer(
+            embed_dims=embed_dims, num_levels=num_feature_levels, **transformer)
+        pe = dict(num_feats=embed_dims // 2, normalize=True, offset=-0.5, **positional_encoding)
+        self.positional_encoding = SinePositionalEncoding2D(**pe)
+        self.query_embed = nn.Embedding(num_queries, 2 * embed_dims)  # (query_pos, tgt)
+        self.reference_points = nn.Linear(embed_dims, 2)
+        class_embed = nn.Linear(embed_dims, num_classes)
+        bbox_embed = MLP(embed_dims, embed_dims, 4, 3)
+        num_layers = len(self.transformer.decoder)
+        if with_box_refine:
+            self.class_embed = nn.ModuleList(copy.deepcopy(class_embed) for _ in range(num_layers))
+            self.bbox_embed = nn.ModuleList(copy.deepcopy(bbox_embed) for _ in range(num_layers))
+        else:
+            self.class_embed, self.bbox_embed = class_embed, bbox_embed
+        self.criterion = MODELS.build(dict(criterion, num_classes=num_classes))
+        self.dn = DenoisingQueries(num_classes, embed_dims, **dn_cfg) if dn_cfg else None
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        for proj in self.input_proj:
+            nn.init.xavier_uniform_(proj[0].weight, gain=1)
+            nn.init.zeros_(proj[0].bias)
+        nn.init.xavier_uniform_(self.reference_points.weight, gain=1)
+        nn.init.zeros_(self.reference_points.bias)
+        bias = -math.log((1 - 0.01) / 0.01)  # prior probability 0.01 for every class
+        for cls in self._per_layer(self.class_embed):
+            nn.init.constant_(cls.bias, bias)
+        for i, box in enumerate(self._per_layer(self.bbox_embed)):
+            nn.init.zeros_(box.layers[-1].weight)
+            nn.init.zeros_(box.layers[-1].bias)
+            if i == 0:  # initial boxes small; later layers refine from there
+                nn.init.constant_(box.layers[-1].bias[2:], -2.0)
+
+    @staticmethod
+    def _per_layer(m):
+        return list(m) if isinstance(m, nn.ModuleList) else [m]
+
+    def _layer(self, m, i):
+        return m[i] if isinstance(m, nn.ModuleList) else m
+
+    def build_queries(self, batch_size, data_samples=None):
+        """-> (tgt [B, Q', D], query_pos [B, Q', D], self_attn_mask or None, dn or None);
+        matching queries take both halves of ``query_embed``."""
+        query_pos, tgt = self.query_embed.weight.chunk(2, dim=-1)
+        query_pos = query_pos.unsqueeze(0).expand(batch_size, -1, -1)
+        tgt = tgt.unsqueeze(0).expand(batch_size, -1, -1)
+        dn = self.build_denoising(data_samples)
+        if dn is None:
+            return tgt, query_pos, None, None
+        return (torch.cat([dn['tgt'], tgt], 1), torch.cat([dn['query_pos'], query_pos], 1),
+                dn['attn_mask'], dn)
+
+    def project_levels(self, feats, pixel_mask):
+        """feats: tuple of [B, C_l, H_l, W_l]; pixel_mask [B, H, W] (True = padding) ->
+        per level: src [B, D, h, w], mask [B, h, w], pos [B, D, h, w]."""
+        srcs, masks, pos = [], [], []
+        x = feats[-1]
+        for lvl, proj in enumerate(self.input_proj):
+            if lvl < len(feats):
+                src = proj(feats[lvl])
+            else:  # extra level: from the last input map, then from the previous extra
+                src = x = proj(x)
+            mask = F.interpolate(pixel_mask[None].float(), size=src.shape[-2:])[0].bool()
+            srcs.append(src)
+            masks.append(mask)
+            pos.append(self.positional_encoding(mask).to(src.dtype))
+        return srcs, masks, pos
+
+    def forward(self, feats, pixel_mask, data_samples=None):
+        """feats: tuple of L' maps [B, C_l, H_l, W_l]; pixel_mask [B, H, W] bool ->
+        dict(pred_logits [N, B, Q, K], pred_boxes [N, B, Q, 4] normalised cxcywh) for the
+        N decoder layers (+ ``dn``, see :meth:`DETRHead.forward`)."""
+        srcs, masks, pos = self.project_levels(feats, pixel_mask)
+        memory, mask, shapes, ratios = self.transformer.encode(srcs, masks, pos)
+        tgt, query_pos, attn_mask, dn = self.build_queries(memory.shape[0], data_samples)
+        num_dn = 0 if dn is None else dn['num_dn']
+        reference = self.reference_points(query_pos[:, num_dn:]).sigmoid()
+        if dn is not None:
+            reference = torch.cat([dn['boxes'][..., :2], reference], 1)
+        hs, refs = self.transformer.decode(
+            tgt, query_pos, reference, memory, mask, shapes, ratios,
+            bbox_embed=self.bbox_embed if self.with_box_refine else None,
+            self_attn_mask=attn_mask)
+        logits, boxes = [], []
+        for i, (h, ref) in enumerate(zip(hs, refs)):
+            logits.append(self._layer(self.class_embed, i)(h))
+            delta = self._layer(self.bbox_embed, i)(h)
+            ref = inverse_sigmoid(ref)
+            if ref.shape[-1] == 4:
+                delta = delta + ref
+            else:
+                delta = torch.cat([delta[..., :2] + ref, delta[..., 2:]], -1)
+            boxes.append(delta.sigmoid())
+        out = dict(pred_logits=torch.stack(logits), pred_boxes=torch.stack(boxes))
+        return self.split_denoising(out, dn)
+
+    def postprocess(self, logits, boxes, meta, rescale=True):
+        """logits [Q, K], boxes [Q, 4] -> InstanceData of the top ``num_dets`` (query, class)
+        pairs by sigmoid score (a query may appear with several classes)."""
+        Q, K = logits.shape
+        scores, idx = logits.sigmoid().flatten().topk(min(self.num_dets, Q * K))
+        labels, query = idx % K, idx // K
+        h, w = meta['img_shape'][:2]
+        bboxes = box_cxcywh_to_xyxy(boxes[query]) * boxes.new_tensor([w, h, w, h])
+        if rescale:
+            sw, sh = meta.get('scale_factor', (1.0, 1.0))
+            bboxes = bboxes / bboxes.new_tensor([sw, sh, sw, sh])
+            oh, ow = meta.get('ori_shape', (h, w))[:2]
+            bboxes = torch.stack([bboxes[:, 0].clamp(0, ow), bboxes[:, 1].clamp(0, oh),
+                                  bboxes[:, 2].clamp(0, ow), bboxes[:, 3].clamp(0, oh)], -1)
+        result = InstanceData()
+        result.bboxes, result.scores, result.labels = bboxes, scores, labels
+        return result

@@ -1,0 +1,132 @@
+"""Multi-scale deformable attention (Zhu et al. 2021, Deformable DETR, §4.1, Eq. 3) in pure PyTorch.
+
+Each query looks at ``P`` sampled points on each of ``L`` feature levels, per head
+``M``; the points sit at the query's reference point plus learned offsets, are read
+by bilinear interpolation with zero padding, and summed with softmax weights
+(normalised over the ``L·P`` points of a head). No compiled op: every level is
+sampled with ``F.grid_sample(bilinear, padding_mode='zeros', align_corners=False)``
+at the grid ``2·loc − 1`` (a location in [0, 1] of the level's width/height maps
+to grid_sample's [−1, 1] with pixel centres at (i + 0.5) / W).
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, attention_weights):
+    """The sampling-and-weighting core of deformable attention.
+
+    Args:
+        value (Tensor): [B, S, M, Dh] projected values of all levels, flattened
+            level after level (S = Σ H_l·W_l), M heads of Dh channels.
+        spatial_shapes (Tensor | list): [L, 2] (H_l, W_l) per level.
+        sampling_locations (Tensor): [B, Q, M, L, P, 2] (x, y) in [0, 1] of each level.
+        attention_weights (Tensor): [B, Q, M, L, P], already normalised.
+
+    Returns:
+        Tensor: [B, Q, M·Dh].
+
+    Levels are sampled one at a time and accumulated, so the largest temporary is
+    one level's [B·M, Dh, Q, P] samples (never all levels stacked).
+    """
+    B, S, M, Dh = value.shape
+    _, Q, _, L, P, _ = sampling_locations.shape
+    shapes = [(int(h), int(w)) for h, w in spatial_shapes]
+    # grid_sample's grid: [B·M, Q, L, P, 2] in [-1, 1]
+    grids = (2 * sampling_locations - 1).transpose(1, 2).reshape(B * M, Q, L, P, 2)
+    weights = attention_weights.transpose(1, 2).reshape(B * M, 1, Q, L, P)
+    out = None
+    levels = value.split([h * w for h, w in shapes], dim=1)
+    for lvl, (h, w) in enumerate(shapes):
+        # [B, h·w, M, Dh] -> [B·M, Dh, h, w]: one contiguous map per (image, head); split
+        # (not slicing) keeps the backward from allocating a full-size gradient per level
+        value_l = levels[lvl].permute(0, 2, 3, 1).reshape(B * M, Dh, h, w)
+        # [B·M, Dh, Q, P]
+        sampled = F.grid_sample(value_l, grids[:, :, lvl], mode='bilinear',
+                                padding_mode='zeros', align_corners=False)
+        term = (sampled * weights[:, :, :, lvl]).sum(-1)  # [B·M, Dh, Q]
+        out = term if out is None else out + term
+    # [B·M, Dh, Q] -> [B, Q, M·Dh]
+    return out.view(B, M * Dh, Q).transpose(1, 2)
+
+
+class MultiScaleDeformableAttention(nn.Module):
+    """Deformable attention over L levels (the encoder's self-attention and the
+    decoder's cross-attention of Deformable DETR).
+
+    Args:
+        embed_dims (int): D (256).
+        num_heads (int): M (8).
+        num_levels (int): L (4).
+        num_points (int): P sampled points per head and level (4).
+
+    Parameter names follow the paper's code: ``sampling_offsets`` (D -> M·L·P·2),
+    ``attention_weights`` (D -> M·L·P), ``value_proj``, ``output_proj``.
+    """
+
+    def __init__(self, embed_dims=256, num_heads=8, num_levels=4, num_points=4):
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'embed_dims {embed_dims} not divisible by num_heads {num_heads}')
+        self.embed_dims, self.num_heads = embed_dims, num_heads
+        self.num_levels, self.num_points = num_levels, num_points
+        self.sampling_offsets = nn.Linear(embed_dims, num_heads * num_levels * num_points * 2)
+        self.attention_weights = nn.Linear(embed_dims, num_heads * num_levels * num_points)
+        self.value_proj = nn.Linear(embed_dims, embed_dims)
+        self.output_proj = nn.Linear(embed_dims, embed_dims)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Offsets start on a ring: head m points along angle 2πm/M, point p at distance p+1."""
+        nn.init.zeros_(self.sampling_offsets.weight)
+        theta = torch.arange(self.num_heads, dtype=torch.float32) * (2 * math.pi / self.num_heads)
+        grid = torch.stack([theta.cos(), theta.sin()], -1)
+        grid = grid / grid.abs().max(-1, keepdim=True).values  # onto the unit square
+        grid = grid[:, None, None, :].repeat(1, self.num_levels, self.num_points, 1)
+        grid = grid * torch.arange(1, self.num_points + 1, dtype=torch.float32)[:, None]
+        with torch.no_grad():
+            self.sampling_offsets.bias.copy_(grid.flatten())
+        nn.init.zeros_(self.attention_weights.weight)
+        nn.init.zeros_(self.attention_weights.bias)
+        for proj in (self.value_proj, self.output_proj):
+            nn.init.xavier_uniform_(proj.weight)
+            nn.init.zeros_(proj.bias)
+
+    def forward(self, query, reference_points, value, spatial_shapes, value_padding_mask=None):
+        """
+        Args:
+            query (Tensor): [B, Q, D] (position embedding already added).
+            reference_points (Tensor): [B, Q, L, 2] normalised (x, y) per level, or
+                [B, Q, L, 4] boxes (cx, cy, w, h): offsets are then scaled by the box
+                half-size / P instead of by the level's size.
+            value (Tensor): [B, S, D] flattened multi-scale features.
+            spatial_shapes (Tensor): [L, 2] (H_l, W_l).
+            value_padding_mask (Tensor | None): [B, S] bool, True = padding (zeroed).
+
+        Returns:
+            Tensor: [B, Q, D].
+        """
+        B, Q, _ = query.shape
+        M, L, P = self.num_heads, self.num_levels, self.num_points
+        value = self.value_proj(value)
+        if value_padding_mask is not None:
+            value = value.masked_fill(value_padding_mask[..., None], 0.0)
+        value = value.view(B, value.shape[1], M, self.embed_dims // M)
+        offsets = self.sampling_offsets(query).view(B, Q, M, L, P, 2)
+        weights = self.attention_weights(query).view(B, Q, M, L * P).softmax(-1)
+        weights = weights.view(B, Q, M, L, P)
+        if reference_points.shape[-1] == 2:
+            # offsets are in pixels of each level: divide by (W_l, H_l)
+            normalizer = spatial_shapes.flip(-1).to(offsets)  # [L, 2] (W, H)
+            locations = (reference_points[:, :, None, :, None, :]
+                         + offsets / normalizer[None, None, None, :, None, :])
+        elif reference_points.shape[-1] == 4:
+            locations = (reference_points[:, :, None, :, None, :2] + offsets / P
+                         * reference_points[:, :, None, :, None, 2:] * 0.5)
+        else:
+            raise ValueError(f'reference_points must end in 2 or 4, got '
+                             f'{tuple(reference_points.shape)}')
+        out = multi_scale_deformable_attn(value, spatial_shapes, locations, weights)
+        return self.output_proj(out)

@@ -1,0 +1,67 @@
+"""densevit's Deformable DETR equals HF transformers' with converted weights (tiny config)."""
+import pytest
+import torch
+from mmengine.registry import DefaultScope
+
+from densevit.models.detectors.deformable_detr_convert import convert_deformable_detr
+from densevit.registry import MODELS
+
+transformers = pytest.importorskip('transformers')
+
+
+def _hf(refine):
+    from transformers import DeformableDetrConfig, DeformableDetrForObjectDetection, ResNetConfig
+    rc = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1],
+                      layer_type='basic', out_features=['stage2', 'stage3', 'stage4'])
+    cfg = DeformableDetrConfig(
+        use_timm_backbone=False, backbone_config=rc, use_pretrained_backbone=False,
+        backbone=None, d_model=32, encoder_layers=1, decoder_layers=2,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+        decoder_ffn_dim=32, num_queries=6, num_labels=3, encoder_n_points=2,
+        decoder_n_points=2, num_feature_levels=4, with_box_refine=refine,
+        disable_custom_kernels=True)
+    torch.manual_seed(0)
+    model = DeformableDetrForObjectDetection(cfg).eval()
+    with torch.no_grad():  # make every tensor non-trivial (HF zero-inits some)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+        for name, b in model.named_buffers():
+            if name.endswith('running_var'):
+                b.uniform_(0.5, 1.5)
+            elif name.endswith('running_mean'):
+                b.normal_(0, 0.1)
+    return model
+
+
+def _ours(refine):
+    DefaultScope.get_instance(f'test_convert_ddetr_{id(object())}', scope_name='densevit')
+    return MODELS.build(dict(
+        type='DeformableDETR',
+        backbone=dict(type='ResNet', depth=18, stage_blocks=(1, 1, 1, 1), base_channels=8,
+                      out_indices=(1, 2, 3)),
+        bbox_head=dict(type='DeformableDETRHead', num_classes=3, embed_dims=32, num_queries=6,
+                       num_feature_levels=4, with_box_refine=refine,
+                       criterion=dict(type='SetCriterion', use_focal=True,
+                                      matcher=dict(type='HungarianMatcher', focal=True)),
+                       transformer=dict(num_heads=2, num_points=2, num_encoder_layers=1,
+                                        num_decoder_layers=2, feedforward_channels=32,
+                                        dropout=0.0)))).eval()
+
+
+@pytest.mark.parametrize('refine', [False, True])
+def test_matches_hf_deformable_detr(refine):
+    hf = _hf(refine)
+    ours = _ours(refine)
+    sd = convert_deformable_detr(hf.state_dict(), strict=True)
+    missing, unexpected = ours.load_state_dict(sd, strict=False)
+    assert not unexpected and not [k for k in missing if 'num_batches_tracked' not in k]
+    x = torch.randn(1, 3, 64, 80)
+    with torch.no_grad():
+        ref = hf(pixel_values=x, pixel_mask=torch.ones(1, 64, 80, dtype=torch.long))
+        out = ours(x, None, mode='tensor')
+    assert (out['pred_logits'][-1] - ref.logits).abs().max() <= 1e-4
+    assert (out['pred_boxes'][-1] - ref.pred_boxes).abs().max() <= 1e-4
+    # the decoder's last hidden state (DeformableDetrModel's output) via the aux outputs
+    for i, aux in enumerate(ref.auxiliary_outputs or []):
+        assert (out['pred_logits'][i] - aux['logits']).abs().max() <= 1e-4
+        assert (out['pred_boxes'][i] - aux['pred_boxes']).abs().max() <= 1e-4
