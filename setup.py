@@ -18,5 +18,9 @@ setup(
     packages=find_packages(include=['densevit', 'densevit.*']),
     python_requires='>=3.9',
     install_requires=requirements,
-    extras_require={'tests': ['pytest>=7']},
+    # transformers: the reference implementations the weight converters are proven against
+    extras_require={'tests': ['pytest>=7', 'transformers>=4.40,<6', 'safetensors>=0.4',
+                              'tensorboard>=2.10'],
+                    # tools/train.py --tensorboard (mmengine's TensorboardVisBackend)
+                    'tensorboard': ['tensorboard>=2.10']},
 )

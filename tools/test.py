@@ -11,6 +11,7 @@ from mmengine.runner import Runner
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.engine.launch import setup_launcher
 from densevit.engine.preflight import missing_inputs
+from densevit.utils.safe_load import use_safe_checkpoint_loader
 
 
 def parse_args(argv=None):
@@ -32,6 +33,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    use_safe_checkpoint_loader()  # load_from / --resume: weights_only=True, clear errors
     cfg = Config.fromfile(args.config)
     cfg.merge_from_dict(args.cfg_options)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(

@@ -4,10 +4,11 @@ default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3),
+    # atomic saves: a killed save never leaves a half-written "last" checkpoint
+    checkpoint=dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=3),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='DetVisualizationHook'))
-custom_hooks = [dict(type='NonFiniteLossHook')]
+custom_hooks = [dict(type='NonFiniteLossHook'), dict(type='ProgressBarHook')]
 
 env_cfg = dict(
     cudnn_benchmark=False,

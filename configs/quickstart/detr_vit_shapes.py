@@ -76,6 +76,6 @@ param_scheduler = [
 
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=20, log_metric_by_epoch=False),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=400, max_keep_ckpts=2))
+    checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False, interval=400, max_keep_ckpts=2))
 log_processor = dict(by_epoch=False)
 randomness = dict(seed=0)

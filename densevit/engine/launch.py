@@ -3,12 +3,15 @@
 ``launcher='pytorch'`` makes mmengine call ``torch.cuda.set_device`` and wrap the
 model in DDP with ``device_ids=[LOCAL_RANK]``; both fail on a CPU build. Starting the
 process group with gloo first (mmengine then skips its own init) and wrapping with
-``device_ids=None`` runs the same code on CPU processes.
+``CPUDistributedDataParallel`` (``device_ids=None``, SyncBN layers synchronised over
+gloo) runs the same code on CPU processes. With GPUs mmengine initialises NCCL itself.
 """
 import os
 
 import torch
 import torch.distributed as dist
+
+import densevit.registry  # noqa: F401  (the 'densevit' scope the wrapper type names)
 
 
 def setup_launcher(cfg, launcher):
@@ -22,12 +25,29 @@ def setup_launcher(cfg, launcher):
         os.environ.setdefault('WORLD_SIZE', os.environ.get('SLURM_NTASKS', '1'))
         os.environ.setdefault('LOCAL_RANK', os.environ.get('SLURM_LOCALID', '0'))
         os.environ.setdefault('MASTER_PORT', os.environ.get('PORT', '29500'))
+        if 'MASTER_ADDR' not in os.environ and 'SLURM_NODELIST' in os.environ:
+            os.environ['MASTER_ADDR'] = _first_slurm_host(os.environ['SLURM_NODELIST'])
     if torch.cuda.is_available():
         return cfg
     if not dist.is_initialized():
         os.environ.setdefault('MASTER_ADDR', '127.0.0.1')
         dist.init_process_group(backend='gloo')
-    wrapper = dict(cfg.get('model_wrapper_cfg') or dict(type='MMDistributedDataParallel'))
+    wrapper = dict(cfg.get('model_wrapper_cfg') or {})
+    if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
+        # densevit/engine/sync_bn.py. Scoped name: Runner.wrap_model looks the type up with
+        # MODEL_WRAPPERS.get on mmengine's root registry, which ignores the default scope.
+        wrapper['type'] = 'densevit.CPUDistributedDataParallel'
     wrapper['device_ids'] = None
     cfg.model_wrapper_cfg = wrapper
     return cfg
+
+
+def _first_slurm_host(nodelist):
+    """The first host of a SLURM node list (``scontrol`` expands ``node[1-4]``)."""
+    import subprocess
+    try:
+        out = subprocess.run(['scontrol', 'show', 'hostnames', nodelist], capture_output=True,
+                             text=True, check=True).stdout.split()
+        return out[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return nodelist.split(',')[0].split('[')[0]

@@ -12,6 +12,7 @@ writes as ``getattr(HistoryBuffer, 'min')``. ``builtins.getattr`` itself would
 let a file reach any attribute of any allowed object, so the name is bound to
 :func:`checkpoint_getattr`, which resolves only those few methods.
 """
+import os
 import pickle
 
 import numpy as np
@@ -51,3 +52,45 @@ def allow_checkpoint_types():
     """Register :func:`checkpoint_safe_globals` with torch's weights-only unpickler."""
     torch.serialization.add_safe_globals(
         checkpoint_safe_globals() + [(checkpoint_getattr, 'builtins.getattr')])
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A checkpoint holds pickled objects outside the allow-list (possibly code)."""
+
+
+def load_checkpoint_safely(path, map_location='cpu'):
+    """``torch.load(path, weights_only=True)`` with errors that say what is wrong.
+
+    - a pickled object outside the allow-list (e.g. ``os.system`` through
+      ``__reduce__``: a file that runs code when unpickled) raises
+      :class:`UnsafeCheckpointError` naming the file and the global it asked for;
+    - a truncated or corrupt file (an interrupted copy or save) raises
+      ``RuntimeError`` naming the file.
+    Never falls back to ``weights_only=False``.
+    """
+    path = os.path.expanduser(os.fspath(path))
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'checkpoint not found: {path}')
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()
+        found = [line.strip() for line in first if 'GLOBAL' in line or 'global' in line]
+        raise UnsafeCheckpointError(
+            f'refusing to load {path}: it holds pickled Python objects that are not weights '
+            f'({found[0] if found else first[0] if first else e}). Unpickling them could run '
+            f'arbitrary code, so densevit loads checkpoints with weights_only=True only. If '
+            f'the file comes from a source you trust, re-save its tensors alone (state_dict).'
+        ) from None
+    except (RuntimeError, EOFError) as e:
+        if 'zip' in str(e) or 'central directory' in str(e) or isinstance(e, EOFError):
+            raise RuntimeError(f'checkpoint {path} is truncated or corrupt (an interrupted '
+                               f'save or copy?): {e}') from None
+        raise
+
+
+def use_safe_checkpoint_loader():
+    """Make mmengine read local checkpoints (``load_from``, ``--resume``, ``Pretrained``
+    init_cfg) through :func:`load_checkpoint_safely`, for its clear errors."""
+    from mmengine.runner.checkpoint import CheckpointLoader
+    CheckpointLoader.register_scheme(prefixes='', loader=load_checkpoint_safely, force=True)

@@ -151,3 +151,27 @@ test_dataloader = val_dataloader
     path = Path(tmp_path) / name
     path.write_text(text)
     return str(path)
+
+
+def free_port():
+    """A TCP port nobody listens on now (for torchrun's rendezvous)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def run_launcher(script, *args, cwd, timeout=300):
+    """Run ``tools/<script>`` (a .sh launcher) in a subprocess; returns CompletedProcess.
+
+    Workers get one torch thread each, tests/tools on PYTHONPATH (for ``probe_hooks``)
+    and their own rendezvous port. ``cwd`` takes mmengine's ``.dist_test`` folder
+    (collect_results writes the ranks' parts there).
+    """
+    import subprocess
+    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PORT=str(free_port()),
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / 'tests' / 'tools')]))
+    proc = subprocess.run(['bash', str(REPO / 'tools' / script), *map(str, args)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f'{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}'
+    return proc

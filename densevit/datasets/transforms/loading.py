@@ -6,13 +6,22 @@ mmengine's root TRANSFORMS, which is how ``type='RandomFlip'`` resolves from sco
 ``densevit``: our registry falls back to its parent. The registry imports this
 module lazily, so configs need nothing extra.
 """
+import logging
+
 import mmcv
 import mmcv.transforms  # noqa: F401  (registers mmcv's transforms, see above)
 import numpy as np
 from mmcv.transforms import BaseTransform, LoadImageFromFile
 from mmengine import fileio
+from mmengine.logging import print_log
 
 from densevit.registry import TRANSFORMS
+
+
+def _skip(path, why):
+    print_log(f'LoadImage: skipping image {path}: {why} (ignore_empty=True)', logger='current',
+              level=logging.WARNING)
+    return None
 
 
 @TRANSFORMS.register_module()
@@ -23,8 +32,9 @@ class LoadImage(LoadImageFromFile):
     otherwise), ``img_shape`` and ``ori_shape`` (h, w). A missing file raises
     ``FileNotFoundError('image not found: PATH')``, an undecodable one
     ``ValueError('cannot decode image: PATH')`` (mmcv's own check is an
-    ``assert``, gone under ``python -O``). With ``ignore_empty=True`` both return
-    None instead, so the dataset picks another image.
+    ``assert``, gone under ``python -O``). With ``ignore_empty=True`` both log a
+    warning naming the file and return None instead, so the dataset picks another
+    image (mmengine's ``BaseDataset`` retries a random index, in training only).
     """
 
     def transform(self, results):
@@ -33,7 +43,7 @@ class LoadImage(LoadImageFromFile):
             img_bytes = fileio.get(path, backend_args=self.backend_args)
         except FileNotFoundError:
             if self.ignore_empty:
-                return None
+                return _skip(path, 'not found')
             raise FileNotFoundError(f'image not found: {path}') from None
         try:
             img = mmcv.imfrombytes(img_bytes, flag=self.color_type, backend=self.imdecode_backend)
@@ -41,7 +51,7 @@ class LoadImage(LoadImageFromFile):
             img = None
         if img is None:
             if self.ignore_empty:
-                return None
+                return _skip(path, 'cannot be decoded')
             raise ValueError(f'cannot decode image: {path} (corrupt or not an image)')
         if self.to_float32:
             img = img.astype(np.float32)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 from mmengine.model import BaseModule
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
@@ -86,6 +87,8 @@ class VisionTransformer(BaseModule):
             depth=50, out_indices=(2,))``) for the hybrid ViT: its last output
             map is patch-embedded (set ``patch_size=1`` for the paper's hybrid).
             ``img_size`` stays the image size; strides multiply.
+        with_cp (bool): gradient checkpointing of every block (recompute activations in
+            the backward pass instead of storing them) to save memory in training.
         frozen_stages (int): -1 trains everything; 0 freezes the stem (CNN stem,
             patch embedding, cls token, stem / shared position table); k > 0 also
             freezes layers ``0..k-1`` with their own position tables (and the
@@ -101,8 +104,9 @@ class VisionTransformer(BaseModule):
                  with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0., qkv_bias=True, final_norm=True,
                  interpolate_mode='bicubic', pos_embed=dict(type='learned_1d', placement='stem'),
-                 stem=None, frozen_stages=-1, init_cfg=None):
+                 stem=None, frozen_stages=-1, with_cp=False, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
+        self.with_cp = with_cp
         setting = _arch_setting(arch)
         self.embed_dims = D = setting['embed_dims']
         self.num_layers = setting['num_layers']
@@ -266,7 +270,11 @@ class VisionTransformer(BaseModule):
             table, attn_bias = self._layer_position(i, (h, w), shared)
             if table is not None:
                 x = x + table
-            x = block(x, attn_mask=None if attn_bias is None else attn_bias.to(x.dtype))
+            mask = None if attn_bias is None else attn_bias.to(x.dtype)
+            if self.with_cp and self.training and x.requires_grad:
+                x = checkpoint(block, x, mask, use_reentrant=False)
+            else:
+                x = block(x, attn_mask=mask)
             if i == self.num_layers - 1 and self.norm is not None:
                 x = self.norm(x)
             if i in self.out_indices:

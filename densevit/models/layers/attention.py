@@ -1,7 +1,28 @@
 """Multi-head self-attention computed with ``F.scaled_dot_product_attention``."""
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def attention_weights(q, k, attn_mask=None):
+    """softmax(q kᵀ / sqrt(d) + mask): the weights SDPA uses but never returns.
+
+    Args:
+        q, k: [B, h, N, d] and [B, h, M, d].
+        attn_mask: as for SDPA: bool (True = may attend) or float (added to logits).
+
+    Returns:
+        [B, h, N, M] float32, rows summing to 1.
+    """
+    logits = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            logits = logits.masked_fill(~attn_mask, float('-inf'))
+        else:
+            logits = logits + attn_mask.float()
+    return logits.softmax(-1)
 
 
 class MultiheadAttention(nn.Module):
@@ -18,6 +39,12 @@ class MultiheadAttention(nn.Module):
         qkv_bias (bool): bias on the qkv projection.
         attn_drop (float): dropout on attention weights (training only).
         proj_drop (float): dropout after the output projection.
+
+    Attributes:
+        record (callable | None): set only while an analysis tool captures
+            attention (``densevit.visualization.attention_capture``); it is
+            called with the weights [B, h, N, N] computed beside SDPA, whose
+            output is used unchanged. None (the default) costs nothing.
     """
 
     def __init__(self, embed_dims, num_heads, qkv_bias=True, attn_drop=0., proj_drop=0.):
@@ -32,6 +59,7 @@ class MultiheadAttention(nn.Module):
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
+        self.record = None
 
     def forward(self, x: torch.Tensor, attn_mask=None) -> torch.Tensor:
         """Self-attention over the token sequence.
@@ -49,6 +77,9 @@ class MultiheadAttention(nn.Module):
         # [B, N, 3D] -> [3, B, h, N, D/h]
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
+        if self.record is not None:
+            # Computed beside SDPA, not instead of it: the output stays bit-identical.
+            self.record(attention_weights(q, k, attn_mask))
         x = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask,
             dropout_p=self.attn_drop if self.training else 0.)

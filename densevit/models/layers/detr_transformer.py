@@ -50,7 +50,12 @@ class DetrEncoderLayer(nn.Module):
 
 
 class DetrDecoderLayer(nn.Module):
-    """Self-attention over queries, cross-attention to the memory, FFN; post-norm."""
+    """Self-attention over queries, cross-attention to the memory, FFN; post-norm.
+
+    ``record_cross_attn`` (callable | None): set only while an analysis tool
+    captures attention; it then gets the cross-attention weights [B, heads, Q, N]
+    (``need_weights=True``, per head). None (the default) keeps the fast path.
+    """
 
     def __init__(self, embed_dims=256, num_heads=8, feedforward_channels=2048, dropout=0.1):
         super().__init__()
@@ -65,6 +70,7 @@ class DetrDecoderLayer(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
+        self.record_cross_attn = None
 
     def forward(self, tgt, memory, pos=None, query_pos=None, memory_key_padding_mask=None,
                 self_attn_mask=None):
@@ -76,8 +82,12 @@ class DetrDecoderLayer(nn.Module):
         q = k = _with_pos(tgt, query_pos)
         attn = self.self_attn(q, k, tgt, attn_mask=self_attn_mask, need_weights=False)[0]
         tgt = self.norm1(tgt + self.dropout1(attn))
-        attn = self.cross_attn(_with_pos(tgt, query_pos), _with_pos(memory, pos), memory,
-                               key_padding_mask=memory_key_padding_mask, need_weights=False)[0]
+        capture = self.record_cross_attn is not None
+        attn, weights = self.cross_attn(_with_pos(tgt, query_pos), _with_pos(memory, pos), memory,
+                                        key_padding_mask=memory_key_padding_mask,
+                                        need_weights=capture, average_attn_weights=False)
+        if capture:
+            self.record_cross_attn(weights)
         tgt = self.norm2(tgt + self.dropout2(attn))
         return self.norm3(tgt + self.dropout3(self.ffn(tgt)))
 

@@ -1,0 +1,125 @@
+"""Build a model from a config and predict on images, without a Runner.
+
+    from densevit.apis import inference, init_model
+    model = init_model('configs/quickstart/detr_vit_shapes.py',
+                       'work_dirs/detr_vit_shapes/iter_2400.pth')
+    result = inference(model, 'data/shapes/val/000000.png')  # .pred_instances / .pred_sem_seg
+"""
+import copy
+import os
+
+import numpy as np
+import torch
+from mmengine.config import Config
+from mmengine.dataset import Compose, pseudo_collate
+from mmengine.registry import DefaultScope, init_default_scope
+
+import densevit  # noqa: F401  (checkpoint allow-list, safe loader)
+from densevit.engine.sync_bn import revert_sync_bn_if_single
+from densevit.registry import DATASETS, MODELS
+from densevit.utils.safe_load import load_checkpoint_safely
+
+_LOADERS = ('LoadImage', 'LoadImageFromFile', 'mmcv.LoadImageFromFile')
+
+
+def _dataset_meta(cfg, checkpoint):
+    """Class names / palette: the checkpoint's record of its training data, else the config's."""
+    meta = (checkpoint or {}).get('meta', {}).get('dataset_meta')
+    if meta:
+        return dict(meta)
+    for key in ('test_dataloader', 'val_dataloader', 'train_dataloader'):
+        dataset = (cfg.get(key) or {}).get('dataset') or {}
+        if dataset.get('metainfo'):
+            return dict(dataset['metainfo'])
+        dataset_cls = DATASETS.get(dataset.get('type', '')) if dataset.get('type') else None
+        if dataset_cls is not None and getattr(dataset_cls, 'METAINFO', None):
+            return copy.deepcopy(dict(dataset_cls.METAINFO))
+    return None
+
+
+def init_model(config, checkpoint=None, device='cpu', cfg_options=None):
+    """A model ready for :func:`inference`: built, weights loaded, in eval mode.
+
+    Args:
+        config (str | Path | Config): config file or object.
+        checkpoint (str, optional): weights (read with ``weights_only=True``); None
+            leaves the random initialisation.
+        device (str): 'cpu', 'cuda', 'cuda:1'...
+        cfg_options (dict, optional): overrides, as ``--cfg-options`` (dotted keys).
+
+    Returns:
+        nn.Module: with ``cfg`` (the config) and ``dataset_meta`` (class names...)
+        attributes. SyncBN layers are plain BN (one process).
+    """
+    cfg = Config.fromfile(str(config)) if isinstance(config, (str, os.PathLike)) else config
+    cfg = copy.deepcopy(cfg)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    init_default_scope(cfg.get('default_scope', 'densevit'))
+    model_cfg = copy.deepcopy(cfg.model)
+    # pretrained backbone weights are superseded by the checkpoint: don't read them
+    if checkpoint is not None and isinstance(model_cfg.get('backbone'), dict):
+        model_cfg.backbone.pop('init_cfg', None)
+    model = MODELS.build(model_cfg)
+    model = revert_sync_bn_if_single(model)
+    ckpt = None
+    if checkpoint is not None:
+        ckpt = load_checkpoint_safely(checkpoint, map_location='cpu')
+        state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else ckpt
+        state = {k[len('module.'):] if k.startswith('module.') else k: v
+                 for k, v in state.items()}
+        model.load_state_dict(state, strict=True)
+    model.cfg = cfg
+    model.dataset_meta = _dataset_meta(cfg, ckpt)
+    return model.to(device).eval()
+
+
+def test_pipeline(cfg):
+    """(load transform or None, Compose of the rest) of the config's test pipeline, with
+    annotation loading removed (there are none at inference)."""
+    dataset = (cfg.get('test_dataloader') or cfg.get('val_dataloader'))['dataset']
+    steps = copy.deepcopy(dataset.get('pipeline') or cfg.get('test_pipeline'))
+    steps = [s for s in steps if 'Annotation' not in s['type']]
+    load = None
+    if steps and steps[0]['type'] in _LOADERS:
+        load = Compose([steps.pop(0)])
+    return load, Compose(steps)
+
+
+def _prepare(item, load, rest):
+    if isinstance(item, np.ndarray):
+        img = item if item.ndim == 3 else item[..., None]
+        results = dict(img=img, img_shape=img.shape[:2], ori_shape=img.shape[:2])
+    else:
+        if load is None:
+            raise ValueError('the test pipeline has no image-loading step: pass arrays')
+        results = load(dict(img_path=os.fspath(item)))
+    return rest(results)
+
+
+def inference(model, images, batch_size=1):
+    """Predict on one image or several.
+
+    Args:
+        model: from :func:`init_model`.
+        images (str | Path | np.ndarray | list): file paths or HWC uint8 arrays in
+            **BGR** order (as ``cv2.imread`` gives), or a list of them.
+        batch_size (int): images per forward pass.
+
+    Returns:
+        DataSample or list[DataSample]: ``pred_instances`` (``bboxes`` xyxy in
+        original-image pixels, ``scores``, ``labels``) for detectors,
+        ``pred_sem_seg`` (and ``seg_logits``) for segmentors; one per input, a
+        single one for a single input.
+    """
+    single = not isinstance(images, (list, tuple))
+    items = [images] if single else list(images)
+    scope = model.cfg.get('default_scope', 'densevit')
+    with DefaultScope.overwrite_default_scope(scope):
+        load, rest = test_pipeline(model.cfg)
+        results = []
+        for start in range(0, len(items), batch_size):
+            batch = [_prepare(x, load, rest) for x in items[start:start + batch_size]]
+            with torch.no_grad():
+                results += model.test_step(pseudo_collate(batch))
+    return results[0] if single else results

@@ -1,0 +1,112 @@
+"""Checkpoints that are never half-written: mmengine's CheckpointHook with atomic saves.
+
+mmengine writes ``iter_N.pth`` in place, then overwrites ``last_checkpoint`` in
+place, and deletes the oldest kept checkpoint *before* saving the new one. A
+process killed in between (out of memory, preempted job, Ctrl-C) can leave a
+truncated ``iter_N.pth`` or an empty ``last_checkpoint``; with
+``max_keep_ckpts=1`` it can leave no loadable checkpoint at all, and
+``--resume`` then fails or silently starts over.
+
+Here every file is written to a temporary name in the same folder, flushed to
+disk and renamed over the final name (``os.replace`` is atomic on POSIX and
+Windows), ``last_checkpoint`` is updated only after the checkpoint is complete,
+and old checkpoints are deleted only after that. At any instant
+``last_checkpoint`` names a complete file.
+
+Registered as ``AtomicCheckpointHook`` and, in scope ``densevit``, also as
+``CheckpointHook``: every densevit config that names ``type='CheckpointHook'``
+gets the atomic saves. Non-local ``out_dir`` (``s3://`` ...) falls back to
+mmengine's behaviour.
+
+Loading goes the safe way too: importing this module (the registry does when a
+runner in scope ``densevit`` builds its hooks, before it loads ``load_from`` or
+resumes) routes mmengine's local checkpoint reads through
+:func:`densevit.utils.safe_load.load_checkpoint_safely` (``weights_only=True``, clear
+errors for files holding pickled code or cut short).
+"""
+import glob
+import os
+import os.path as osp
+
+from mmengine.dist import is_main_process
+from mmengine.fileio import LocalBackend
+from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
+
+from densevit.registry import HOOKS
+from densevit.utils.safe_load import use_safe_checkpoint_loader
+
+use_safe_checkpoint_loader()
+
+_TMP_SUFFIX = '.tmp'
+
+
+def atomic_write_text(path, text):
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    tmp = f'{path}{_TMP_SUFFIX}'
+    with open(tmp, 'w') as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync(path):
+    with open(path, 'rb') as f:
+        os.fsync(f.fileno())
+
+
+@HOOKS.register_module(name=['AtomicCheckpointHook', 'CheckpointHook'])
+class AtomicCheckpointHook(MMEngineCheckpointHook):
+    """``mmengine.hooks.CheckpointHook`` (same arguments) whose saves are atomic.
+
+    Order of a save: write ``<name>.tmp`` -> fsync -> rename to ``<name>`` ->
+    rewrite ``last_checkpoint`` the same way -> delete checkpoints beyond
+    ``max_keep_ckpts``. Temporary files left by a killed save are removed when
+    training starts. Best checkpoints (``save_best``) keep mmengine's own writer:
+    ``last_checkpoint`` never names them.
+    """
+
+    def _is_local(self):
+        return isinstance(self.file_backend, LocalBackend)
+
+    def before_train(self, runner):
+        super().before_train(runner)
+        if self._is_local() and is_main_process():
+            for stale in glob.glob(osp.join(self.out_dir, f'*{_TMP_SUFFIX}')):
+                os.remove(stale)
+
+    def _save_checkpoint_with_step(self, runner, step, meta):
+        if not self._is_local():
+            return super()._save_checkpoint_with_step(runner, step, meta)
+        name = self.filename_tmpl.format(step)
+        path = osp.join(self.out_dir, name)
+        self.last_ckpt = path
+        runner.message_hub.update_info('last_ckpt', path)
+        stale = self._track(runner, step)
+        # Runner.save_checkpoint writes on the main process only
+        runner.save_checkpoint(self.out_dir, name + _TMP_SUFFIX, self.file_client_args,
+                               save_optimizer=self.save_optimizer,
+                               save_param_scheduler=self.save_param_scheduler, meta=meta,
+                               by_epoch=self.by_epoch, backend_args=self.backend_args,
+                               **self.args)
+        if not is_main_process():
+            return
+        _fsync(path + _TMP_SUFFIX)
+        os.replace(path + _TMP_SUFFIX, path)
+        atomic_write_text(osp.join(runner.work_dir, 'last_checkpoint'), path)
+        for old in stale:
+            old_path = osp.join(self.out_dir, self.filename_tmpl.format(old))
+            if osp.isfile(old_path) and old_path != path:
+                os.remove(old_path)
+
+    def _track(self, runner, step):
+        """Record ``step`` among the kept checkpoints; return the steps to delete."""
+        if self.max_keep_ckpts <= 0 or (self.keep_ckpt_ids and self.keep_ckpt_ids[-1] == step):
+            return []
+        stale = []
+        while len(self.keep_ckpt_ids) >= self.max_keep_ckpts:  # a deque with maxlen
+            stale.append(self.keep_ckpt_ids.popleft())
+        self.keep_ckpt_ids.append(step)
+        # saved in the checkpoint's message hub: a resumed run deletes the same files
+        runner.message_hub.update_info('keep_ckpt_ids', list(self.keep_ckpt_ids))
+        return stale

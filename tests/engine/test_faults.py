@@ -1,0 +1,171 @@
+"""Faults a training run must survive or report clearly.
+
+- SIGKILL mid-run, then ``--resume``: the same final weights as an uninterrupted run.
+- A checkpoint save interrupted midway: ``last_checkpoint`` still names a complete file.
+- A checkpoint carrying pickled code: refused with a message saying so, code not run.
+- A corrupt image: an error naming the file, or skipped with a warning naming it.
+"""
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import pytest
+import torch
+from mmengine.fileio import LocalBackend
+
+import densevit  # noqa: F401  (allow-list for checkpoints)
+from densevit.utils.safe_load import UnsafeCheckpointError, load_checkpoint_safely
+from tiny_run import REPO, isolated, load_tool, unique_names, write_config
+
+NO_VAL = ['train_cfg.val_begin=1000']
+
+
+@pytest.fixture(scope='module')
+def train_tool():
+    return load_tool('tools/train.py')
+
+
+def final_state(work_dir, it):
+    return torch.load(Path(work_dir) / f'iter_{it}.pth', weights_only=True)['state_dict']
+
+
+def test_sigkill_then_resume_ends_like_an_uninterrupted_run(train_tool, tmp_path):
+    n = 8
+    options = [f'train_cfg.max_iters={n}', 'default_hooks.checkpoint.interval=2', *NO_VAL]
+    config = write_config(tmp_path)
+    killed = tmp_path / 'killed'
+    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, str(REPO / 'tools/train.py'), config, '--work-dir',
+                             str(killed), '--cfg-options', *options], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while not (killed / 'last_checkpoint').exists():
+            assert proc.poll() is None and time.time() < deadline, 'training ended early'
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (killed / f'iter_{n}.pth').exists()  # it really died mid-run
+    with isolated():  # the uninterrupted reference, same seed, one thread
+        assert train_tool.main([config, '--work-dir', str(tmp_path / 'straight'),
+                                '--cfg-options', *options, *unique_names()]) == 0
+    # log dirs are named by the start second: the resumed run needs its own
+    time.sleep(1.0)
+    with isolated():
+        assert train_tool.main([config, '--work-dir', str(killed), '--resume', '--cfg-options',
+                                *options, *unique_names()]) == 0
+    a, b = final_state(tmp_path / 'straight', n), final_state(killed, n)
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-6, atol=1e-7, msg=k)
+
+
+def test_interrupted_save_never_leaves_a_corrupt_latest_checkpoint(train_tool, tmp_path,
+                                                                   monkeypatch):
+    """The save at iteration 4 dies after writing half its bytes (as a kill would)."""
+    put, calls = LocalBackend.put, []
+
+    def dying_put(self, obj, filepath):
+        calls.append(str(filepath))
+        if len(calls) == 2:
+            with open(filepath, 'wb') as f:
+                f.write(obj[:len(obj) // 2])
+            raise KeyboardInterrupt('killed while saving')
+        return put(self, obj, filepath)
+
+    config = write_config(tmp_path)
+    work = tmp_path / 'w'
+    # max_keep_ckpts=1: mmengine's own hook deletes iter_2.pth *before* writing iter_4.pth
+    options = ['default_hooks.checkpoint.max_keep_ckpts=1', *NO_VAL]
+    monkeypatch.setattr(LocalBackend, 'put', dying_put)
+    with isolated(), pytest.raises(KeyboardInterrupt):
+        train_tool.main([config, '--work-dir', str(work), '--cfg-options', *options,
+                         *unique_names()])
+    monkeypatch.setattr(LocalBackend, 'put', put)
+    latest = Path((work / 'last_checkpoint').read_text().strip())
+    assert latest.name == 'iter_2.pth'
+    assert load_checkpoint_safely(latest)['meta']['iter'] == 2  # complete and loadable
+    assert not (work / 'iter_4.pth').exists()  # only the temporary file is partial
+    assert (work / 'iter_4.pth.tmp').exists()
+    time.sleep(1.0)
+    with isolated():  # --resume picks iter_2 and finishes; the stale temp file is removed
+        assert train_tool.main([config, '--work-dir', str(work), '--resume', '--cfg-options',
+                                *options, *unique_names()]) == 0
+    assert load_checkpoint_safely(work / 'iter_4.pth')['meta']['iter'] == 4
+    assert not list(work.glob('*.tmp')) and not (work / 'iter_2.pth').exists()
+
+
+class _Payload:
+    """Unpickling this runs a shell command (the classic malicious checkpoint)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f'touch {self.marker}',)
+
+
+def test_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
+    marker = tmp_path / 'pwned'
+    evil = tmp_path / 'evil.pth'
+    torch.save({'state_dict': {'w': torch.zeros(1)}, 'meta': _Payload(marker)}, evil)
+    with pytest.raises(UnsafeCheckpointError, match=r'refusing to load .*evil\.pth.*posix\.system'):
+        load_checkpoint_safely(evil)
+    # the tools' load path (mmengine's load_from / resume) goes through it too
+    config = write_config(tmp_path)
+    test_tool = load_tool('tools/test.py')
+    with isolated(), pytest.raises(UnsafeCheckpointError, match='arbitrary code'):
+        test_tool.main([config, str(evil), '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                        *unique_names()])
+    from densevit.apis import init_model
+    with pytest.raises(UnsafeCheckpointError):
+        init_model(config, evil)
+    assert not marker.exists()  # the payload never ran
+    assert isinstance(UnsafeCheckpointError('x'), pickle.UnpicklingError)
+
+
+def corrupt_one_train_image(data_root):
+    """Overwrite train image 000003.png with bytes that are not an image."""
+    path = Path(data_root) / 'train' / '000003.png'
+    path.write_bytes(b'\x89PNG\r\n\x1a\n garbage, not an image')
+    return path
+
+
+SKIP_BROKEN = """
+train_dataloader = dict(dataset=dict(data_root=data_root, pipeline=[
+    dict(type='LoadImage', ignore_empty=True), dict(type='LoadDetAnnotations'),
+    dict(type='PackDetInputs')]))
+"""
+
+
+def test_corrupt_image_is_named_or_skipped_with_a_warning(train_tool, tmp_path):
+    from mmengine.registry import init_default_scope
+
+    from densevit.registry import DATASETS
+    config = write_config(tmp_path, extra=SKIP_BROKEN)
+    with isolated():  # generate the data, then break one image in the middle
+        init_default_scope('densevit')
+        from mmengine.config import Config
+        DATASETS.build(Config.fromfile(config).train_dataloader.dataset)
+    broken = corrupt_one_train_image(tmp_path / 'shapes')
+    assert cv2.imread(str(broken)) is None
+
+    strict = write_config(tmp_path, name='strict.py')  # LoadImage without ignore_empty
+    with isolated(), pytest.raises(ValueError, match=f'cannot decode image: {broken}'):
+        train_tool.main([strict, '--work-dir', str(tmp_path / 'strict'), '--cfg-options',
+                         *NO_VAL, *unique_names()])
+
+    # 4 iterations x batch 2 = one shuffled pass over the 8 images: the broken one is drawn
+    with isolated():
+        assert train_tool.main([config, '--work-dir', str(tmp_path / 'skip'), '--cfg-options',
+                                *NO_VAL, *unique_names()]) == 0
+    (log,) = (tmp_path / 'skip').glob('*/*.log')
+    assert f'LoadImage: skipping image {broken}: cannot be decoded' in log.read_text()
+    assert (tmp_path / 'skip' / 'iter_4.pth').is_file()

@@ -1,0 +1,98 @@
+"""LayerDecayOptimWrapperConstructor: learning rate and weight decay of every parameter,
+checked by hand against ``lr * rate ** (L + 1 - layer_id)``."""
+import pytest
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import DefaultScope
+from torch import nn
+
+from densevit.engine.layer_decay_constructor import get_layer_id
+from densevit.registry import MODELS
+
+LR, WD, RATE = 1.0, 0.05, 0.5
+
+
+class Model(nn.Module):
+    """``backbone`` + a head, the attribute layout the constructor reads."""
+
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = MODELS.build(backbone)
+        self.head = nn.Linear(4, 2)
+
+
+def param_settings(model, **paramwise):
+    """{parameter name: (lr, weight_decay)} as the built optimizer holds them."""
+    with DefaultScope.overwrite_default_scope('densevit'):
+        wrapper = build_optim_wrapper(model, dict(
+            type='OptimWrapper', optimizer=dict(type='AdamW', lr=LR, weight_decay=WD),
+            constructor='LayerDecayOptimWrapperConstructor',
+            paramwise_cfg=dict(layer_decay_rate=RATE, **paramwise)))
+    names = {id(p): n for n, p in model.named_parameters()}
+    out = {}
+    for group in wrapper.optimizer.param_groups:
+        for p in group['params']:
+            out[names[id(p)]] = (group['lr'], group['weight_decay'])
+    assert len(out) == len(list(model.parameters()))  # every parameter, once
+    return out
+
+
+def test_vit_layer_ids_and_rates():
+    model = Model(dict(type='VisionTransformer', img_size=32, patch_size=8, with_cls_token=True,
+                       arch=dict(embed_dims=8, num_layers=3, num_heads=2,
+                                 feedforward_channels=16)))
+    got = param_settings(model)  # L = 3 blocks, inferred
+    L = 3
+    assert got['backbone.patch_embed.proj.weight'] == (RATE ** (L + 1), WD)
+    assert got['backbone.cls_token'] == (RATE ** (L + 1), 0.0)  # token: no decay
+    pos = [n for n in got if n.startswith('backbone.pos_embed')]
+    assert pos and all(got[n] == (RATE ** (L + 1), 0.0) for n in pos)
+    for i in range(L):
+        weights = [n for n in got if n.startswith(f'backbone.blocks.{i}.') and n.endswith('weight')
+                   and 'norm' not in n]
+        assert weights and all(got[n] == (pytest.approx(RATE ** (L - i)), WD) for n in weights)
+        norms = [n for n in got if n.startswith(f'backbone.blocks.{i}.') and 'norm' in n]
+        assert norms and all(got[n][1] == 0.0 for n in norms)  # norms: no decay
+    assert got['backbone.norm.weight'] == (LR, 0.0)  # final norm: with the head
+    assert got['head.weight'] == (LR, WD) and got['head.bias'] == (LR, 0.0)
+
+
+def test_vit_num_layers_from_config():
+    model = Model(dict(type='VisionTransformer', img_size=32, patch_size=8,
+                       arch=dict(embed_dims=8, num_layers=2, num_heads=2,
+                                 feedforward_channels=16)))
+    got = param_settings(model, num_layers=12)  # e.g. a 12-layer recipe's constant
+    assert got['backbone.patch_embed.proj.weight'][0] == pytest.approx(RATE ** 13)
+    assert got['backbone.blocks.1.attn.qkv.weight'][0] == pytest.approx(RATE ** 11)
+    with pytest.raises(ValueError, match='num_layers'):
+        param_settings(model, num_layers=1)
+
+
+def test_swin_cumulative_block_ids():
+    model = Model(dict(type='SwinTransformer', arch=dict(embed_dims=8, depths=[2, 3],
+                                                         num_heads=[1, 2]),
+                       window_size=2, out_indices=(0, 1), drop_path_rate=0.))
+    got = param_settings(model)
+    L = 5  # 2 + 3 blocks
+    assert got['backbone.patch_embed.proj.weight'][0] == pytest.approx(RATE ** (L + 1))
+    block = {n for n in got if '.blocks.' in n and n.endswith('weight') and 'norm' not in n
+             and 'relative_position' not in n}
+    for name in block:
+        stage, idx = int(name.split('.')[2]), int(name.split('.')[4])
+        layer_id = [0, 2][stage] + idx + 1
+        assert got[name] == (pytest.approx(RATE ** (L + 1 - layer_id)), WD), name
+    tables = [n for n in got if 'relative_position_bias_table' in n]
+    assert tables and all(got[n][1] == 0.0 for n in tables)
+    # stage 0's patch merging follows its last block (id 2)
+    merge = [n for n in got if n.startswith('backbone.layers.0.downsample') and
+             n.endswith('weight') and 'norm' not in n]
+    assert merge and all(got[n][0] == pytest.approx(RATE ** (L + 1 - 2)) for n in merge)
+
+
+def test_layer_id_rules_by_name():
+    offsets = [0, 2, 4, 10, 12]  # Swin-T depths 2, 2, 6, 2
+    assert get_layer_id('backbone.layers.2.blocks.5.attn.qkv.weight', 12, offsets) == 10
+    assert get_layer_id('backbone.stages.3.blocks.0.mlp.fc1.weight', 12, offsets) == 11
+    assert get_layer_id('backbone.layers.2.downsample.reduction.weight', 12, offsets) == 10
+    assert get_layer_id('backbone.absolute_pos_embed.weight', 12, offsets) == 0
+    assert get_layer_id('backbone.pos_embed.3.weight', 12) == 4  # ViT per-layer table
+    assert get_layer_id('bbox_head.class_embed.weight', 12) == 13

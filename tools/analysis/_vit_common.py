@@ -1,0 +1,62 @@
+"""Arguments and batching shared by the ViT analysis tools (kept out of the library: CLI only)."""
+import argparse
+import json
+import os
+import time
+
+import torch
+
+from densevit.visualization.analysis_inputs import (all_layers, default_image_size,
+                                                    load_images, load_vit_model, to_tensor)
+from densevit.visualization.attention_capture import capture_attention
+
+
+def base_parser(description, images=False, num_images=100):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument('config')
+    p.add_argument('checkpoint', help="weights ('none' keeps the random initialisation)")
+    if images:
+        p.add_argument('images', nargs='*',
+                       help='image files or folders; none: procedural shapes images')
+        p.add_argument('--num-images', type=int, default=num_images)
+        p.add_argument('--batch-size', type=int, default=10)
+        p.add_argument('--img-size', type=int, nargs=2, metavar=('H', 'W'),
+                       help="default: the size the position table was made for")
+    p.add_argument('--out-dir', default='work_dirs/analysis')
+    p.add_argument('--device', default='cpu')
+    return p
+
+
+def setup(args):
+    os.makedirs(args.out_dir, exist_ok=True)
+    ckpt = None if args.checkpoint.lower() == 'none' else args.checkpoint
+    return load_vit_model(args.config, ckpt, args.device)
+
+
+def captured_batches(model, vit, args):
+    """Yield (images BGR, input [B,3,H,W], list of per-layer attention [B,h,N,N], grid hw)."""
+    size = tuple(args.img_size) if args.img_size else default_image_size(vit)
+    images = load_images(args.images, args.num_images, size)
+    for start in range(0, len(images), args.batch_size):
+        batch = images[start:start + args.batch_size]
+        x = to_tensor(batch, model.cfg, args.device)
+        with torch.no_grad(), all_layers(vit), capture_attention(vit) as rec:
+            feat = vit(x)[-1]
+        yield batch, x, rec.self_attn, tuple(feat.shape[-2:])
+
+
+def write_json(path, data):
+    with open(path, 'w') as f:
+        json.dump(data, f, indent=1)
+    return path
+
+
+class Timer:
+    def __enter__(self):
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
+        # CPU time too: on a shared machine wall time says more about the neighbours
+        self.cpu_seconds = time.process_time() - self.cpu_start

@@ -1,0 +1,41 @@
+"""Position-embedding similarity figure (ViT paper, Fig. 7 centre / Fig. 10).
+
+    python tools/analysis/pos_embed_similarity.py CONFIG CHECKPOINT [--grid H W]
+
+Writes ``pos_embed_similarity_<name>.png`` (one per table: ``stem``, ``shared``
+or ``layer<i>``) and ``pos_embed_similarity.json`` (the [h, w, h, w] grids).
+Absolute tables: cosine similarity; relative bias: the head-mean bias, per-head
+values in the JSON (see ``densevit.visualization.pos_embed_similarity``).
+"""
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(__file__))
+from _vit_common import base_parser, setup, write_json  # noqa: E402
+
+from densevit.visualization.analysis_plots import plot_similarity_grid  # noqa: E402
+from densevit.visualization.pos_embed_similarity import position_similarity  # noqa: E402
+
+
+def main():
+    p = base_parser(__doc__.splitlines()[0])
+    p.add_argument('--grid', type=int, nargs=2, metavar=('H', 'W'),
+                   help='patch grid; default: the one the table was made for')
+    args = p.parse_args()
+    _, vit = setup(args)
+    results = position_similarity(vit, args.grid)
+    numbers = {}
+    for r in results:
+        png = osp.join(args.out_dir, f"pos_embed_similarity_{r['name']}.png")
+        label = 'cosine similarity' if r['kind'] == 'cosine' else 'attention bias (head mean)'
+        plot_similarity_grid(r['grid'].numpy(), png, f"position embedding: {r['name']}", label)
+        entry = dict(kind=r['kind'], hw=list(r['hw']), grid=r['grid'].tolist())
+        if 'per_head' in r:
+            entry['per_head'] = r['per_head'].tolist()
+        numbers[r['name']] = entry
+        print(png)
+    print(write_json(osp.join(args.out_dir, 'pos_embed_similarity.json'), numbers))
+
+
+if __name__ == '__main__':
+    main()
