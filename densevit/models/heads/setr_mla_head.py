@@ -57,7 +57,11 @@ class SETRMLAHead(DecodeHead):
 
     def forward(self, inputs):
         """N NCHW maps -> logits (see class docstring)."""
-        outs = [F.interpolate(branch(x), scale_factor=self.up_scale, mode='bilinear',
+        inputs = self._select_inputs(inputs)
+        # SETR's levels share one size (x up_scale); a pyramid's deeper levels are brought
+        # to the first level's upsampled size so any multi-scale backbone fits
+        size = [int(s * self.up_scale) for s in inputs[0].shape[-2:]]
+        outs = [F.interpolate(branch(x), size=size, mode='bilinear',
                               align_corners=self.align_corners)
-                for branch, x in zip(self.branches, self._select_inputs(inputs))]
+                for branch, x in zip(self.branches, inputs)]
         return self.cls_seg(torch.cat(outs, dim=1))
