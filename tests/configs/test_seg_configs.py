@@ -12,7 +12,7 @@ from densevit.registry import MODELS
 from densevit.structures import DataSample
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
-SEGFORMER = sorted((CONFIGS / 'segformer').glob('*.py'))
+SEGFORMER = sorted((CONFIGS / 'segformer').glob('segformer_mit-*.py'))
 SETR = sorted((CONFIGS / 'setr').glob('*.py'))
 QUICKSTART = CONFIGS / 'quickstart' / 'segformer_shapes.py'
 

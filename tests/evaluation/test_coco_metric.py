@@ -194,7 +194,7 @@ def test_format_only_writes_results(coco, tmp_path):
     assert len(dets) == sum(len(p['labels']) for p in preds.values())
     assert {d['category_id'] for d in dets} <= set(CAT_IDS)
     first = preds[3]
-    label, box = int(first['labels'][0]), first['bboxes'][0].double()
+    label, box = int(first['labels'][0]), first['bboxes'][0].double().tolist()
     assert dets[0]['category_id'] == sorted(CAT_IDS)[label]
     assert dets[0]['bbox'] == pytest.approx([box[0], box[1], box[2] - box[0], box[3] - box[1]])
 
