@@ -4,7 +4,6 @@ import logging
 
 import pytest
 import torch
-from mmengine.logging import MMLogger
 
 from densevit.models.backbones.pretrained import load_pretrained, read_checkpoint
 from densevit.models.backbones.vit import VisionTransformer
@@ -13,16 +12,6 @@ from densevit.models.backbones.vit_convert import convert_vit
 TINY = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
 
 
-@pytest.fixture
-def log_lines():
-    """Messages (level, text) that densevit logs through mmengine's current logger."""
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda r: records.append((r.levelno, r.getMessage()))
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def _randomize(model, seed=0):

@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from mmengine.logging import MMLogger
 
 from densevit.models.backbones.pretrained import read_checkpoint
 from densevit.models.backbones.swin import ARCH_SETTINGS, SwinTransformer
@@ -17,15 +16,6 @@ from densevit.registry import MODELS
 TINY = dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2))
 
 
-@pytest.fixture
-def log_lines():
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda r: records.append((r.levelno, r.getMessage()))
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def _randomize(model, seed=0):
