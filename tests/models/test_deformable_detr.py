@@ -1,4 +1,5 @@
-"""Deformable DETR and denoising: DN attention mask, DN losses, top-k post-processing, modes."""
+"""Deformable DETR and denoising: DN attention mask, DN losses, top-k post-processing, modes,
+two-stage training."""
 import pytest
 import torch
 from mmengine.registry import DefaultScope
@@ -24,14 +25,14 @@ def _sample(img_shape, boxes=(), labels=()):
     return ds
 
 
-def _model(refine=False, dn_cfg=None):
+def _model(refine=False, dn_cfg=None, two_stage=False):
     DefaultScope.get_instance(f'test_deformable_detr_{id(object())}', scope_name='densevit')
     return MODELS.build(dict(
         type='DeformableDETR',
         backbone=dict(type='ResNet', depth=18, base_channels=8, out_indices=(1, 2, 3)),
         bbox_head=dict(type='DeformableDETRHead', num_classes=3, embed_dims=32, num_queries=6,
                        num_feature_levels=4, with_box_refine=refine, num_dets=10,
-                       dn_cfg=dn_cfg, criterion=FOCAL,
+                       as_two_stage=two_stage, dn_cfg=dn_cfg, criterion=FOCAL,
                        transformer=dict(num_heads=2, num_points=2, num_encoder_layers=1,
                                         num_decoder_layers=2, feedforward_channels=32,
                                         dropout=0.0))))
@@ -90,6 +91,40 @@ def test_deformable_detr_losses_with_dn_and_empty_image(refine):
         preds = model(x, samples, mode='predict')
     assert out['pred_logits'].shape == (2, 2, 6, 3) and 'dn' not in out
     assert preds[0].pred_instances.bboxes.shape == (10, 4)
+
+
+@pytest.mark.parametrize('dn_cfg', [None, dict(num_dn_queries=4)])
+def test_two_stage_trains_with_encoder_losses(dn_cfg):
+    torch.manual_seed(0)
+    model = _model(refine=True, dn_cfg=dn_cfg, two_stage=True).train()
+    head = model.bbox_head
+    assert not hasattr(head, 'query_embed') and len(head.class_embed) == 3  # 2 layers + encoder
+    x = torch.randn(2, 3, 64, 64)
+    samples = [_sample((64, 48), [[1, 2, 30, 40], [10, 10, 20, 20]], [0, 2]),
+               _sample((50, 64))]
+    losses = model(x, samples, mode='loss')
+    for key in ('loss_cls', 'loss_bbox', 'loss_iou', 'd0.loss_cls', 'enc_loss_cls',
+                'enc_loss_bbox', 'enc_loss_iou'):
+        assert torch.isfinite(losses[key])
+    assert ('dn_loss_cls' in losses) == (dn_cfg is not None)
+    total = sum(losses.values())
+    assert torch.isfinite(total)
+    total.backward()
+    for m in (head.proposals.memory_fc, head.proposals.pos_fc, head.class_embed[-1]):
+        assert m.weight.grad is not None and m.weight.grad.abs().sum() > 0
+    model.eval()
+    with torch.no_grad():
+        out = model(x, samples, mode='tensor')
+        preds = model(x, samples, mode='predict')
+    S = 8 * 8 + 4 * 4 + 2 * 2 + 1  # strides 8, 16, 32 and the extra 64
+    assert out['enc_outputs']['pred_logits'].shape == (2, S, 3)
+    assert out['pred_boxes'].shape == (2, 2, 6, 4) and torch.isfinite(out['pred_boxes']).all()
+    assert preds[0].pred_instances.bboxes.shape == (10, 4)
+
+
+def test_two_stage_needs_box_refinement():
+    with pytest.raises(ValueError, match='with_box_refine'):
+        _model(refine=False, two_stage=True)
 
 
 def test_detr_with_dn_losses():

@@ -4,6 +4,7 @@
 
 Box refinement is inferred from the checkpoint (per-layer ``class_embed.N`` differ);
 load the result in a DeformableDETR config with the same ``with_box_refine``,
+``as_two_stage`` (HF ``two_stage``: the checkpoint has ``enc_output`` / ``pos_trans``),
 ``num_classes`` and levels.
 """
 import sys

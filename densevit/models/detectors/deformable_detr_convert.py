@@ -15,6 +15,13 @@ Without box refinement HF keeps one shared predictor under every index N; we kee
 one module, so indices > 0 are dropped (they are the same tensors). With refinement
 (build the head with ``with_box_refine=True``) every index is its own layer.
 ``model.decoder.bbox_embed.*`` is HF's second reference to ``bbox_embed`` (dropped).
+
+Two-stage (``two_stage=True``; build the head with ``as_two_stage=True``): no
+``query_position_embeddings`` / ``reference_points``; ``model.enc_output``,
+``enc_output_norm``, ``pos_trans``, ``pos_trans_norm`` -> ``bbox_head.proposals.
+{memory_fc, memory_norm, pos_fc, pos_norm}``; the encoder's predictors are the extra
+index N = decoder layers of ``class_embed`` / ``bbox_embed`` (as ours), and
+``model.decoder.class_embed.*`` is HF's second reference to ``class_embed`` (dropped).
 """
 from densevit.models.backbones.convert_utils import Layout, convert_state_dict
 
@@ -29,6 +36,8 @@ _NORMS = {('encoder', 'self_attn_layer_norm'): 'norm1', ('encoder', 'final_layer
           ('decoder', 'encoder_attn_layer_norm'): 'norm2',
           ('decoder', 'final_layer_norm'): 'norm3'}
 _LEAF_IN = {'weight': 'in_proj_weight', 'bias': 'in_proj_bias'}
+_TWO_STAGE = {'enc_output': 'memory_fc', 'enc_output_norm': 'memory_norm',
+              'pos_trans': 'pos_fc', 'pos_trans_norm': 'pos_norm'}
 
 
 def _predictor(refine):
@@ -63,6 +72,8 @@ def hf_layout(refine):
             (_LAYER + r'(?:mlp\.)?fc(1|2)\.' + _LEAF, _T + r'\1.\2.ffn.linear\3.\4'),
             (_LAYER + r'(self_attn_layer_norm|encoder_attn_layer_norm|final_layer_norm)\.'
              + _LEAF, lambda m: f'{_T}{m[1]}.{m[2]}.{_NORMS[m[1], m[3]]}.{m[4]}'),
+            (_M + r'(enc_output|enc_output_norm|pos_trans|pos_trans_norm)\.' + _LEAF,
+             lambda m: f'bbox_head.proposals.{_TWO_STAGE[m[1]]}.{m[2]}'),
             (r'(class_embed|bbox_embed)\.(\d+)\.(.+)', _predictor(refine)),
         ],
         drop=drop, post=_hf_resnet_backbone)

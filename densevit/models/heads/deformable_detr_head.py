@@ -3,7 +3,7 @@ transformer, sigmoid classifier, box predictor relative to reference points.
 
 Shares DETRHead's targets, losses (with ``use_focal`` in SetCriterion), denoising
 and detector interface; what differs is the multi-scale input, the decoder's
-reference points and the top-k post-processing.
+reference points, the top-k post-processing and the optional two-stage variant.
 """
 import copy
 import math
@@ -23,6 +23,7 @@ from densevit.structures import box_cxcywh_to_xyxy
 
 from .denoising import DenoisingQueries
 from .detr_head import DETRHead
+from .encoder_proposals import EncoderProposals
 
 
 @MODELS.register_module()
@@ -41,6 +42,12 @@ class DeformableDETRHead(DETRHead):
         criterion (dict): a ``SetCriterion`` config (``use_focal=True`` for the paper).
         with_box_refine (bool): iterative bounding box refinement (§4.2), one class/box
             predictor per decoder layer; otherwise one shared predictor.
+        as_two_stage (bool): two-stage Deformable DETR (needs ``with_box_refine``): every
+            encoder pixel predicts a box with an extra class / box predictor (index N of
+            ``class_embed`` / ``bbox_embed``); the top ``num_queries`` by the first class
+            logit become the decoder's reference boxes and, embedded, its queries (no
+            learned ``query_embed`` / ``reference_points``). Training adds the encoder
+            boxes' losses (``enc_loss_*``, class-agnostic: every object is class 0).
         num_dets (int): detections kept per image: top-k over queries × classes (100).
         norm_groups (int): GroupNorm groups of the input projections (32).
         dn_cfg (dict | None): denoising queries (see :class:`DETRHead`); their reference
@@ -50,13 +57,16 @@ class DeformableDETRHead(DETRHead):
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=300,
                  num_feature_levels=4, transformer=dict(), positional_encoding=dict(),
                  criterion=dict(type='SetCriterion', use_focal=True), aux_loss=True,
-                 with_box_refine=False, num_dets=100, norm_groups=32, dn_cfg=None,
-                 init_cfg=None):
+                 with_box_refine=False, as_two_stage=False, num_dets=100, norm_groups=32,
+                 dn_cfg=None, init_cfg=None):
         BaseModule.__init__(self, init_cfg)  # DETRHead's own layers are not built
         in_channels = list(in_channels) if isinstance(in_channels, (list, tuple)) \
             else [in_channels]
         self.num_classes, self.num_queries, self.aux_loss = num_classes, num_queries, aux_loss
+        if as_two_stage and not with_box_refine:
+            raise ValueError('DeformableDETRHead: as_two_stage=True needs with_box_refine=True')
         self.num_dets, self.with_box_refine = num_dets, with_box_refine
+        self.as_two_stage = as_two_stage
         self.input_proj = nn.ModuleList()
         for c in in_channels[:num_feature_levels]:
             self.input_proj.append(nn.Sequential(nn.Conv2d(c, embed_dims, 1),
@@ -70,11 +80,14 @@ class DeformableDETRHead(DETRHead):
             embed_dims=embed_dims, num_levels=num_feature_levels, **transformer)
         pe = dict(num_feats=embed_dims // 2, normalize=True, offset=-0.5, **positional_encoding)
         self.positional_encoding = SinePositionalEncoding2D(**pe)
-        self.query_embed = nn.Embedding(num_queries, 2 * embed_dims)  # (query_pos, tgt)
-        self.reference_points = nn.Linear(embed_dims, 2)
+        if as_two_stage:
+            self.proposals = EncoderProposals(embed_dims)
+        else:
+            self.query_embed = nn.Embedding(num_queries, 2 * embed_dims)  # (query_pos, tgt)
+            self.reference_points = nn.Linear(embed_dims, 2)
         class_embed = nn.Linear(embed_dims, num_classes)
         bbox_embed = MLP(embed_dims, embed_dims, 4, 3)
-        num_layers = len(self.transformer.decoder)
+        num_layers = len(self.transformer.decoder) + int(as_two_stage)  # + encoder's
         if with_box_refine:
             self.class_embed = nn.ModuleList(copy.deepcopy(class_embed) for _ in range(num_layers))
             self.bbox_embed = nn.ModuleList(copy.deepcopy(bbox_embed) for _ in range(num_layers))
@@ -88,15 +101,16 @@ class DeformableDETRHead(DETRHead):
         for proj in self.input_proj:
             nn.init.xavier_uniform_(proj[0].weight, gain=1)
             nn.init.zeros_(proj[0].bias)
-        nn.init.xavier_uniform_(self.reference_points.weight, gain=1)
-        nn.init.zeros_(self.reference_points.bias)
+        if not self.as_two_stage:
+            nn.init.xavier_uniform_(self.reference_points.weight, gain=1)
+            nn.init.zeros_(self.reference_points.bias)
         bias = -math.log((1 - 0.01) / 0.01)  # prior probability 0.01 for every class
         for cls in self._per_layer(self.class_embed):
             nn.init.constant_(cls.bias, bias)
         for i, box in enumerate(self._per_layer(self.bbox_embed)):
             nn.init.zeros_(box.layers[-1].weight)
             nn.init.zeros_(box.layers[-1].bias)
-            if i == 0:  # initial boxes small; later layers refine from there
+            if i == 0 and not self.as_two_stage:  # initial boxes small; later layers refine
                 nn.init.constant_(box.layers[-1].bias[2:], -2.0)
 
     @staticmethod
@@ -106,17 +120,42 @@ class DeformableDETRHead(DETRHead):
     def _layer(self, m, i):
         return m[i] if isinstance(m, nn.ModuleList) else m
 
-    def build_queries(self, batch_size, data_samples=None):
-        """-> (tgt [B, Q', D], query_pos [B, Q', D], self_attn_mask or None, dn or None);
-        matching queries take both halves of ``query_embed``."""
+    def matching_queries(self, memory, mask, shapes):
+        """memory [B, S, D], mask [B, S], shapes [L, 2] -> (tgt, query_pos [B, Q, D],
+        reference [B, Q, 2] or, two-stage, [B, Q, 4], encoder outputs or None).
+
+        Learned: both halves of ``query_embed``, reference = sigmoid(Linear(query_pos)).
+        Two-stage: see :meth:`two_stage_queries`."""
+        if self.as_two_stage:
+            return self.two_stage_queries(memory, mask, shapes)
         query_pos, tgt = self.query_embed.weight.chunk(2, dim=-1)
-        query_pos = query_pos.unsqueeze(0).expand(batch_size, -1, -1)
-        tgt = tgt.unsqueeze(0).expand(batch_size, -1, -1)
+        query_pos = query_pos.unsqueeze(0).expand(memory.shape[0], -1, -1)
+        tgt = tgt.unsqueeze(0).expand(memory.shape[0], -1, -1)
+        return tgt, query_pos, self.reference_points(query_pos).sigmoid(), None
+
+    def two_stage_queries(self, memory, mask, shapes):
+        """Score every encoder pixel's box; the top ``num_queries`` by the first class logit
+        give the reference boxes (detached) and the queries -> (tgt, query_pos [B, Q, D],
+        reference [B, Q, 4], dict(pred_logits [B, S, K], pred_boxes [B, S, 4]))."""
+        pixels, proposals = self.proposals(memory, mask, shapes)
+        logits = self.class_embed[-1](pixels)
+        box_logits = self.bbox_embed[-1](pixels) + proposals
+        top = logits[..., 0].topk(self.num_queries, dim=1)[1]
+        chosen = box_logits.gather(1, top[..., None].expand(-1, -1, 4)).detach()
+        query_pos, tgt = self.proposals.queries(chosen)
+        enc = dict(pred_logits=logits, pred_boxes=box_logits.sigmoid())
+        return tgt, query_pos, chosen.sigmoid(), enc
+
+    def build_queries(self, tgt, query_pos, reference, data_samples=None):
+        """Prepend the DN queries (training with ``dn_cfg``) to the matching ones ->
+        (tgt, query_pos [B, Q', D], reference [B, Q', 2 or 4], self_attn_mask or None,
+        dn or None); a DN query's reference is its noised box (its centre for 2-d ones)."""
         dn = self.build_denoising(data_samples)
         if dn is None:
-            return tgt, query_pos, None, None
+            return tgt, query_pos, reference, None, None
+        dn_ref = dn['boxes'][..., :reference.shape[-1]]
         return (torch.cat([dn['tgt'], tgt], 1), torch.cat([dn['query_pos'], query_pos], 1),
-                dn['attn_mask'], dn)
+                torch.cat([dn_ref, reference], 1), dn['attn_mask'], dn)
 
     def project_levels(self, feats, pixel_mask):
         """feats: tuple of [B, C_l, H_l, W_l]; pixel_mask [B, H, W] (True = padding) ->
@@ -137,14 +176,14 @@ class DeformableDETRHead(DETRHead):
     def forward(self, feats, pixel_mask, data_samples=None):
         """feats: tuple of L' maps [B, C_l, H_l, W_l]; pixel_mask [B, H, W] bool ->
         dict(pred_logits [N, B, Q, K], pred_boxes [N, B, Q, 4] normalised cxcywh) for the
-        N decoder layers (+ ``dn``, see :meth:`DETRHead.forward`)."""
+        N decoder layers (+ ``dn``, see :meth:`DETRHead.forward`; two-stage also
+        ``enc_outputs``: the encoder pixels' ``pred_logits`` [B, S, K] and
+        ``pred_boxes`` [B, S, 4])."""
         srcs, masks, pos = self.project_levels(feats, pixel_mask)
         memory, mask, shapes, ratios = self.transformer.encode(srcs, masks, pos)
-        tgt, query_pos, attn_mask, dn = self.build_queries(memory.shape[0], data_samples)
-        num_dn = 0 if dn is None else dn['num_dn']
-        reference = self.reference_points(query_pos[:, num_dn:]).sigmoid()
-        if dn is not None:
-            reference = torch.cat([dn['boxes'][..., :2], reference], 1)
+        tgt, query_pos, reference, enc = self.matching_queries(memory, mask, shapes)
+        tgt, query_pos, reference, attn_mask, dn = self.build_queries(
+            tgt, query_pos, reference, data_samples)
         hs, refs = self.transformer.decode(
             tgt, query_pos, reference, memory, mask, shapes, ratios,
             bbox_embed=self.bbox_embed if self.with_box_refine else None,
@@ -159,8 +198,23 @@ class DeformableDETRHead(DETRHead):
             else:
                 delta = torch.cat([delta[..., :2] + ref, delta[..., 2:]], -1)
             boxes.append(delta.sigmoid())
-        out = dict(pred_logits=torch.stack(logits), pred_boxes=torch.stack(boxes))
-        return self.split_denoising(out, dn)
+        out = self.split_denoising(
+            dict(pred_logits=torch.stack(logits), pred_boxes=torch.stack(boxes)), dn)
+        if enc is not None:
+            out['enc_outputs'] = enc
+        return out
+
+    def layer_losses(self, out, targets, num_boxes, prefix=''):
+        """DETRHead's per-layer losses, plus (two-stage) the encoder boxes' ``enc_loss_*``:
+        matched to the ground truth with every label set to class 0 (class-agnostic, the
+        logit that ranks the proposals)."""
+        losses = super().layer_losses(out, targets, num_boxes, prefix)
+        enc = out.get('enc_outputs')
+        if enc is not None:
+            agnostic = [dict(t, labels=torch.zeros_like(t['labels'])) for t in targets]
+            losses.update({prefix + 'enc_' + k: v for k, v in
+                           self.loss_by_layer(enc, agnostic, num_boxes).items()})
+        return losses
 
     def postprocess(self, logits, boxes, meta, rescale=True):
         """logits [Q, K], boxes [Q, 4] -> InstanceData of the top ``num_dets`` (query, class)
