@@ -198,6 +198,32 @@ def _exclusive(lock_path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def check_generated_with(record_file, generate, data_dir):
+    """Fail if ``data_dir`` was generated with other arguments than ``generate``.
+
+    ``record_file`` (JSON) is written beside the data when it is generated; a
+    config whose ``generate`` arguments changed would otherwise silently train on
+    the old images. Data generated before records existed is accepted as is.
+    """
+    if not osp.isfile(record_file):
+        return
+    with open(record_file) as f:
+        recorded = json.load(f)
+    wanted = json.loads(json.dumps(generate))  # tuples -> lists, as stored
+    if recorded != wanted:
+        changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+        raise ValueError(
+            f'{data_dir} was generated with other shapes arguments than the config asks '
+            f'(differing: {", ".join(f"{k}: {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in changed)}); '
+            f'delete {data_dir} (and {record_file}) to generate it again, or point data_root elsewhere')
+
+
+def record_generated_with(record_file, generate):
+    """Write ``generate`` to ``record_file`` (read back by :func:`check_generated_with`)."""
+    with open(record_file, 'w') as f:
+        json.dump(generate, f, sort_keys=True)
+
+
 def ensure_shapes_split(ann_file, img_dir=None, **generate):
     """Generate the split behind ``ann_file`` (``<root>/annotations/instances_<split>.json``) once.
 
@@ -217,15 +243,18 @@ def ensure_shapes_split(ann_file, img_dir=None, **generate):
         raise ValueError(f'shapes split {split!r} writes its images to {osp.join(root, split)}, '
                          f'but data_prefix points at {img_dir}')
     os.makedirs(ann_dir, exist_ok=True)
+    record = osp.join(ann_dir, f'.{name}.generate')
     with _exclusive(osp.join(ann_dir, f'.{name}.lock')):
-        if osp.isfile(ann_file):
-            return  # another process generated it while we waited
+        if osp.isfile(ann_file):  # generated earlier, or by another process while we waited
+            check_generated_with(record, generate, ann_file)
+            return
         tmp = tempfile.mkdtemp(prefix=f'.{split}-', dir=root)
         try:
             generate_shapes(tmp, split, **generate)
             if osp.isdir(osp.join(root, split)):
                 shutil.rmtree(osp.join(root, split))  # left by a run killed mid-way
             os.replace(osp.join(tmp, split), osp.join(root, split))
+            record_generated_with(record, generate)
             os.replace(osp.join(tmp, 'annotations', name), ann_file)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -249,6 +278,6 @@ class ShapesDataset(CocoDataset):
         super().__init__(*args, **kwargs)
 
     def load_data_list(self):
-        if self.generate is not None and not osp.isfile(self.ann_file):
+        if self.generate is not None:
             ensure_shapes_split(self.ann_file, self.data_prefix.get('img') or None, **self.generate)
         return super().load_data_list()

@@ -21,7 +21,8 @@ import numpy as np
 from mmengine.logging import print_log
 
 from densevit.datasets.seg_folder import SegFolderDataset
-from densevit.datasets.shapes import _exclusive, render_image
+from densevit.datasets.shapes import (_exclusive, check_generated_with, record_generated_with,
+                                      render_image)
 from densevit.registry import DATASETS
 
 CLASSES = ('background', 'circle', 'rectangle', 'triangle')
@@ -60,15 +61,18 @@ def ensure_shapes_seg_split(root, split, **generate):
     img_dir, seg_dir = osp.join(root, 'images', split), osp.join(root, 'annotations', split)
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
     os.makedirs(osp.join(root, 'images'), exist_ok=True)
+    record = osp.join(root, 'annotations', f'.{split}.generate')
     with _exclusive(osp.join(root, 'annotations', f'.{split}.lock')):
-        if osp.isdir(seg_dir):
-            return  # another process generated it while we waited
+        if osp.isdir(seg_dir):  # generated earlier, or by another process while we waited
+            check_generated_with(record, generate, seg_dir)
+            return
         tmp = tempfile.mkdtemp(prefix=f'.{split}-', dir=root)
         try:
             generate_shapes_seg(tmp, split, **generate)
             if osp.isdir(img_dir):
                 shutil.rmtree(img_dir)  # left by a run killed mid-way
             os.replace(osp.join(tmp, 'images', split), img_dir)
+            record_generated_with(record, generate)
             os.replace(osp.join(tmp, 'annotations', split), seg_dir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -100,7 +104,7 @@ class ShapesSegDataset(SegFolderDataset):
 
     def load_data_list(self):
         seg_dir = self.data_prefix.get('seg_map_path') or ''
-        if self.generate is not None and not osp.isdir(seg_dir):
+        if self.generate is not None:
             split = osp.basename(osp.normpath(seg_dir))
             root = osp.dirname(osp.dirname(osp.normpath(seg_dir)))
             expected = osp.join(root, 'images', split)

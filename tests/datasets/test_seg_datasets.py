@@ -141,6 +141,10 @@ def test_shapes_seg_dataset_generates_once_on_first_use(tmp_path):
         stamp = os.path.getmtime(tmp_path / 'annotations' / 'validation' / '000000.png')
         assert len(ShapesSegDataset(**kwargs)) == 3  # found, not regenerated
         assert os.path.getmtime(tmp_path / 'annotations' / 'validation' / '000000.png') == stamp
+        # a config asking for other images must not silently get the old ones
+        with pytest.raises(ValueError, match=r"annotations/validation was generated with.*"
+                                             r"num_images: 3 -> 4.*delete"):
+            ShapesSegDataset(**dict(kwargs, generate=dict(num_images=4, img_size=(24, 24), seed=1)))
     with pytest.raises(ValueError, match='must be <root>/images/<split>'):
         ShapesSegDataset(**dict(kwargs, pipeline=[], data_prefix=dict(
             img_path='imgs/val', seg_map_path='annotations/val')))

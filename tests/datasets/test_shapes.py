@@ -101,6 +101,8 @@ def test_dataset_generates_once(tmp_path):
     ShapesDataset(**kwargs)
     assert ann_file.stat().st_mtime_ns == mtime
     assert sorted(os.listdir(tmp_path)) == ['annotations', 'val']  # no temporary folders left
+    with pytest.raises(ValueError, match=r'instances_val.json was generated with.*seed: 0 -> 1'):
+        ShapesDataset(**{**kwargs, 'generate': dict(num_images=3, img_size=SIZE, seed=1)})
     with pytest.raises(ValueError, match='data_prefix'):
         ShapesDataset(**{**kwargs, 'ann_file': 'annotations/instances_x.json'})
 
