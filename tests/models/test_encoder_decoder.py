@@ -1,4 +1,6 @@
 """EncoderDecoder: whole vs slide inference, window grid, flip / padding undo, losses."""
+import weakref
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,6 +9,7 @@ from mmengine.registry import DefaultScope
 from mmengine.structures import PixelData
 from torch import nn
 
+from densevit.models.segmentors import sliding_window
 from densevit.models.segmentors.sliding_window import (slide_logits, sliding_windows,
                                                        window_starts)
 from densevit.registry import MODELS
@@ -87,6 +90,41 @@ def test_slide_logits_divides_by_overlap_count(batch_windows):
     assert out[:3].tolist() == [0, 1, 2]
     assert out[3].item() == 1.5 and out[24].item() == 3
     assert out[21].item() == (3 + 0) / 2
+
+
+@pytest.mark.parametrize('batch_windows', [1, 5])
+def test_slide_logits_frees_each_window_group_before_the_next(batch_windows, monkeypatch):
+    # memory must not grow with the window count: when a group's forward runs, nothing
+    # of earlier groups (crops, raw or resized logits) may still be referenced
+    earlier, batches = [], []
+    interpolate = F.interpolate
+
+    def tracked_interpolate(*args, **kwargs):
+        out = interpolate(*args, **kwargs)
+        earlier.append(weakref.ref(out))
+        return out
+
+    def predict(crops):
+        assert all(ref() is None for ref in earlier), 'an earlier window group is still held'
+        batches.append(len(crops))
+        out = torch.ones(len(crops), 3, crops.shape[-2] // 2, crops.shape[-1] // 2)
+        earlier.extend([weakref.ref(crops), weakref.ref(out)])
+        return out
+
+    monkeypatch.setattr(sliding_window.F, 'interpolate', tracked_interpolate)
+    result = slide_logits(predict, torch.zeros(2, 1, 10, 25), (4, 4), (3, 3), batch_windows)
+    full, rest = divmod(24, batch_windows)  # 3 x 8 windows, each with both images
+    assert batches == [2 * batch_windows] * full + ([2 * rest] if rest else [])
+    assert torch.equal(result, torch.ones(2, 3, 10, 25))
+
+
+def test_slide_runs_the_backbone_once_per_window_group():
+    model = build(dict(mode='slide', crop_size=(4, 4), stride=(3, 3), batch_windows=3)).eval()
+    shapes = []
+    model.backbone.register_forward_pre_hook(lambda m, args: shapes.append(args[0].shape))
+    with torch.no_grad():
+        model.inference(torch.randn(2, 3, 10, 25), None)
+    assert shapes == [(6, 3, 4, 4)] * 8  # 24 windows, 3 per call, both images each
 
 
 def test_slide_with_crop_equal_to_image_equals_whole():

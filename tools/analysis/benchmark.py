@@ -10,16 +10,14 @@ the network alone). Data loading is not timed. Reported:
 - throughput: ``batch x iters / total seconds``;
 - latency per batch: p50 / p90 / p99 over the timed iterations;
 - peak memory: on GPU ``torch.cuda.max_memory_allocated`` (tensors only, reset
-  before the timed loop); on CPU the growth of the process's peak resident set
-  (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) over the timed loop. ru_maxrss
-  is a high-water mark of the whole process (weights, Python, allocator caches),
-  so the CPU figure is how much *higher* inference pushed that mark, 0 if an
-  earlier phase (model build, warm-up) already reached it; the absolute peak is
-  printed beside it.
+  before the timed loop); on CPU how far the timed loop pushed the process's
+  resident set above its level before the loop, with the high-water mark reset
+  first so that the model build and warm-up do not hide it
+  (``densevit.utils.memory.peak_rss_growth``); the absolute peak is printed beside it.
+  ``tools/analysis/bench_memory.py`` measures single forward passes this way.
 """
 import argparse
 import json
-import resource
 import sys
 import time
 
@@ -29,10 +27,7 @@ from mmengine.config import DictAction
 
 from densevit.apis import init_model
 from densevit.structures import DataSample
-
-
-def peak_rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+from densevit.utils.memory import peak_rss_growth
 
 
 def fake_batch(batch, shape, seed=0):
@@ -65,12 +60,12 @@ def benchmark(model, shape, batch=1, iters=20, warmup=3, mode='predict'):
             step()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        rss_before = peak_rss_mb()
         times = []
-        for _ in range(iters):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
+        with peak_rss_growth() as rss:
+            for _ in range(iters):
+                start = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - start)
     times = np.array(times)
     result = dict(device=str(device), mode=mode, batch=batch, shape=list(shape), iters=iters,
                   images_per_s=batch * iters / times.sum(),
@@ -78,8 +73,8 @@ def benchmark(model, shape, batch=1, iters=20, warmup=3, mode='predict'):
     if cuda:
         result['peak_memory_mb'] = torch.cuda.max_memory_allocated() / 2 ** 20
     else:
-        result['peak_rss_growth_mb'] = max(peak_rss_mb() - rss_before, 0.0)
-        result['peak_rss_mb'] = peak_rss_mb()
+        result['peak_rss_growth_mb'] = rss.growth_mb
+        result['peak_rss_mb'] = rss.peak_mb
     return result
 
 

@@ -42,7 +42,9 @@ def slide_logits(predict_fn, inputs, crop_size, stride, batch_windows=1, align_c
         crop_size, stride (tuple[int, int]): (h, w) window size and step.
         batch_windows (int): windows run through ``predict_fn`` together (each with
             all B images: a call sees ``B * batch_windows`` crops). Only one such
-            group's activations is alive at a time, which bounds memory on large images.
+            group's activations and logits are alive at a time: beyond the [B, K, H, W]
+            accumulator (which becomes the result, divided in place), memory does not
+            grow with the number of windows.
         align_corners (bool): for resizing window logits to the window size.
 
     Returns:
@@ -51,16 +53,20 @@ def slide_logits(predict_fn, inputs, crop_size, stride, batch_windows=1, align_c
     B, _, H, W = inputs.shape
     windows = sliding_windows(H, W, crop_size, stride)
     logits = count = None
-    for i in range(0, len(windows), max(int(batch_windows), 1)):
-        group = windows[i:i + max(int(batch_windows), 1)]
+    step = max(int(batch_windows), 1)
+    for i in range(0, len(windows), step):
+        group = windows[i:i + step]
         crops = torch.cat([inputs[:, :, y0:y1, x0:x1] for y0, y1, x0, x1 in group])
         out = predict_fn(crops)
-        out = F.interpolate(out, size=crops.shape[-2:], mode='bilinear',
-                            align_corners=align_corners)
+        if out.shape[-2:] != crops.shape[-2:]:  # (a same-size resize would only copy)
+            out = F.interpolate(out, size=crops.shape[-2:], mode='bilinear',
+                                align_corners=align_corners)
         if logits is None:  # K is known only once the head has run
             logits = out.new_zeros(B, out.shape[1], H, W)
             count = out.new_zeros(1, 1, H, W)
         for j, (y0, y1, x0, x1) in enumerate(group):
             logits[:, :, y0:y1, x0:x1] += out[j * B:(j + 1) * B]
             count[:, :, y0:y1, x0:x1] += 1
-    return logits / count
+        # free this group's crops and window-sized logits before the next group's forward
+        del crops, out
+    return logits.div_(count)
