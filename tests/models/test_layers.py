@@ -61,6 +61,18 @@ def test_attention_matches_reference():
         assert (attn(x, attn_mask=mask) - _reference_attention(attn, x, mask)).abs().max() < 1e-5
 
 
+def test_attention_long_sequence_copies_qkv_and_matches_reference():
+    """From CONTIGUOUS_QKV_MIN_TOKENS tokens on (CPU), q, k, v are copied before SDPA."""
+    from densevit.models.layers.attention import CONTIGUOUS_QKV_MIN_TOKENS
+    torch.manual_seed(0)
+    attn = MultiheadAttention(16, 2).eval()
+    x = torch.randn(2, CONTIGUOUS_QKV_MIN_TOKENS + 3, 16)
+    mask = torch.randn(2, x.shape[1], x.shape[1])
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, attn_mask=mask), _reference_attention(attn, x, mask),
+                                   atol=1e-5, rtol=1e-5)
+
+
 def test_attention_dropout_only_in_training():
     torch.manual_seed(0)
     attn = MultiheadAttention(8, 2, attn_drop=0.5)

@@ -10,7 +10,8 @@ from densevit.models.backbones.pretrained import read_checkpoint
 from densevit.models.backbones.swin import ARCH_SETTINGS, SwinTransformer
 from densevit.models.backbones.swin_convert import convert_swin
 from densevit.models.layers.swin_block import PatchMerging, SwinBlock
-from densevit.models.layers.window_attention import MASK_VALUE, shifted_window_mask
+from densevit.models.layers.window_attention import (MASK_VALUE, shifted_window_mask,
+                                                      window_partition, window_token_order)
 from densevit.registry import MODELS
 
 TINY = dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2))
@@ -108,6 +109,21 @@ def test_window_attention_matches_brute_force(shift, hw):
         ours = block.window_attention(x, hw, mask)
         ref = _brute_force_window_attention(block, x, hw)
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize('shift', [0, 2])
+@pytest.mark.parametrize('hw', [(8, 8), (5, 7)])
+def test_window_token_order_is_pad_roll_partition(shift, hw):
+    """One gather = zero pad + roll by -shift + partition; the inverse undoes them and crops."""
+    M, (H, W) = 4, hw
+    Hp, Wp = math.ceil(H / M) * M, math.ceil(W / M) * M
+    x = torch.randn(2, H, W, 3)
+    padded = F.pad(x, (0, 0, 0, Wp - W, 0, Hp - H))
+    order, inverse = window_token_order(hw, M, shift)
+    ref = window_partition(torch.roll(padded, shifts=(-shift, -shift), dims=(1, 2)), M)
+    windows = padded.reshape(2, Hp * Wp, 3).index_select(1, order).view_as(ref)
+    assert torch.equal(windows, ref)
+    assert torch.equal(windows.view(2, -1, 3).index_select(1, inverse), x.reshape(2, H * W, 3))
 
 
 def test_shift_mask_never_joins_wrapped_regions():

@@ -5,6 +5,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# From this many tokens on, q, k and v are copied out of the fused projection's
+# [B, N, 3, h, d] rows before CPU SDPA. Strided, consecutive keys of a head lie one
+# 3D-float row apart (9 KB for ViT-B, more than a page), and the fused kernel then
+# runs 8-20% slower (copy included) at N = 1025-3800 (ViT-B/16 at 512² up to
+# detection sizes); at N ~ 200 the copy costs more than it saves.
+CONTIGUOUS_QKV_MIN_TOKENS = 512
+
 
 def attention_weights(q, k, attn_mask=None):
     """softmax(q kᵀ / sqrt(d) + mask): the weights SDPA uses but never returns.
@@ -76,6 +83,8 @@ class MultiheadAttention(nn.Module):
         B, N, D = x.shape
         # [B, N, 3D] -> [3, B, h, N, D/h]
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
+        if N >= CONTIGUOUS_QKV_MIN_TOKENS and qkv.device.type == 'cpu':
+            qkv = qkv.contiguous()
         q, k, v = qkv.unbind(0)
         if self.record is not None:
             # Computed beside SDPA, not instead of it: the output stays bit-identical.

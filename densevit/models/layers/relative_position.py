@@ -122,9 +122,21 @@ class RelativePositionBias(nn.Module):
             nn.init.trunc_normal_(p, std=.02)
 
     def _index(self, hw, device):
+        """Flat [(E + h*w)^2] column of the extended table (see :meth:`bias`) per
+        (query, key) pair, row-major; cached for the last grid."""
         cache = self._index_cache
         if cache is None or cache[0] != hw or cache[1] != device:
-            cache = self._index_cache = (hw, device, relative_position_index(hw, device))
+            # A normal tensor even under inference_mode: index_select saves it for backward.
+            with torch.inference_mode(False):
+                grid = relative_position_index(hw, device)
+                E, R = self.num_extra_tokens, (2 * hw[0] - 1) * (2 * hw[1] - 1)
+                index = torch.empty(E + grid.shape[0], E + grid.shape[0], dtype=torch.long,
+                                    device=device)
+                index[E:, E:] = grid
+                index[:E, E:] = R  # extra -> patch
+                index[E:, :E] = R + 1  # patch -> extra
+                index[:E, :E] = R + 2  # extra -> extra
+            cache = self._index_cache = (hw, device, index.flatten())
         return cache[2]
 
     def bias(self, hw):
@@ -132,17 +144,17 @@ class RelativePositionBias(nn.Module):
         hw = tuple(hw)
         table = resize_relative_position_table(self.relative_position_bias_table,
                                                self.num_patches_hw, hw, self.interpolate_mode)
-        grid = table.t()[:, self._index(hw, table.device)]  # [heads, N, N]
-        E, N, H = self.num_extra_tokens, grid.shape[-1], self.num_heads
-        if E:
-            if self.extra_token_table is None:
-                grid = F.pad(grid, (E, 0, E, 0))
-            else:
-                to_grid, from_grid, among = (t[:, None, None] for t in self.extra_token_table)
-                top = torch.cat([among.expand(H, E, E), to_grid.expand(H, E, N)], dim=2)
-                bottom = torch.cat([from_grid.expand(H, N, E), grid], dim=2)
-                grid = torch.cat([top, bottom], dim=1)
-        return grid[None]
+        # [heads, rows + 3]: the grid offsets, then extra->patch, patch->extra and
+        # extra->extra (zeros for 'zero'). One gather along its contiguous rows then
+        # writes the whole bias in its final layout: no transpose, no concatenation.
+        table = table.t()
+        if self.num_extra_tokens:
+            extra = self.extra_token_table
+            extra = table.new_zeros(table.shape[0], 3) if extra is None else extra.t()
+            table = torch.cat([table, extra], dim=1)
+        N = self.num_extra_tokens + hw[0] * hw[1]
+        index = self._index(hw, table.device)
+        return table.contiguous().index_select(1, index).view(1, self.num_heads, N, N)
 
     def forward(self, hw):
         return self.bias(hw)

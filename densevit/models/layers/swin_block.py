@@ -11,8 +11,7 @@ from mmcv.cnn.bricks import DropPath
 from torch import nn
 
 from .vit_block import Mlp
-from .window_attention import (WindowMultiheadAttention, shifted_window_mask, window_partition,
-                               window_reverse)
+from .window_attention import WindowMultiheadAttention, shifted_window_mask, window_token_order
 
 
 class SwinBlock(nn.Module):
@@ -46,20 +45,17 @@ class SwinBlock(nn.Module):
     def window_attention(self, x, hw, mask):
         """x: [B, H*W, C] normalised tokens -> attention output, same shape."""
         B, _, C = x.shape
-        (H, W), M, s = hw, self.window_size, self.shift_size
-        x = x.view(B, H, W, C)
-        # Pad with zeros before shifting (as the official detection code does):
-        # padded tokens then take part in attention exactly as in the reference.
-        pad_h, pad_w = (M - H % M) % M, (M - W % M) % M
-        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-        Hp, Wp = H + pad_h, W + pad_w
-        if s:
-            x = torch.roll(x, shifts=(-s, -s), dims=(1, 2))
-        x = self.attn(window_partition(x, M), mask if s else None)
-        x = window_reverse(x, M, (Hp, Wp))
-        if s:
-            x = torch.roll(x, shifts=(s, s), dims=(1, 2))
-        return x[:, :H, :W].reshape(B, H * W, C)
+        (H, W), M = hw, self.window_size
+        pad_h, pad_w = -H % M, -W % M
+        if pad_h or pad_w:
+            # Pad with zeros before shifting (as the official detection code does):
+            # padded tokens then take part in attention exactly as in the reference.
+            x = F.pad(x.view(B, H, W, C), (0, 0, 0, pad_w, 0, pad_h)).view(B, -1, C)
+        # roll + window partition as one gather, and back (with the crop) as another
+        order, inverse = window_token_order(tuple(hw), M, self.shift_size, x.device)
+        x = self.attn(x.index_select(1, order).view(B, -1, M * M, C),
+                      mask if self.shift_size else None)
+        return x.view(B, -1, C).index_select(1, inverse)
 
     def forward(self, x, hw, mask=None):
         x = x + self.drop_path(self.window_attention(self.norm1(x), hw, mask))
@@ -119,12 +115,22 @@ class SwinStage(nn.Module):
                       drop_path_rate=drop_path_rates[i], **block_kwargs)
             for i in range(depth))
         self.downsample = PatchMerging(embed_dims) if downsample else None
+        self._mask_cache = None  # (padded hw, device, mask): input sizes rarely change
 
-    def forward(self, x, hw):
+    def _shift_mask(self, hw, device):
+        """The shifted blocks' mask for grid ``hw``; one per stage, rebuilt only when
+        the padded grid or the device changes (not on every forward)."""
         M = self.window_size
         padded = (-(-hw[0] // M) * M, -(-hw[1] // M) * M)
-        # One mask per stage: every shifted block of the stage sees the same padded grid.
-        mask = shifted_window_mask(padded, M, M // 2, x.device) if len(self.blocks) > 1 else None
+        cache = self._mask_cache
+        if cache is None or cache[0] != padded or cache[1] != device:
+            cache = self._mask_cache = (padded, device,
+                                        shifted_window_mask(padded, M, M // 2, device))
+        return cache[2]
+
+    def forward(self, x, hw):
+        # Every shifted block of the stage sees the same padded grid, so the same mask.
+        mask = self._shift_mask(hw, x.device) if len(self.blocks) > 1 else None
         for block in self.blocks:
             if self.with_cp and self.training and x.requires_grad:
                 x = cp.checkpoint(block, x, hw, mask, use_reentrant=False)

@@ -6,6 +6,8 @@ window: the position family's :class:`RelativePositionBias` made for an M x M
 grid ((2M-1)^2 rows, one column per head; resized on load when a checkpoint
 used another window).
 """
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,12 +28,34 @@ def window_partition(x, window_size):
     return x.reshape(B, (H // M) * (W // M), M * M, C)
 
 
-def window_reverse(windows, window_size, hw):
-    """Inverse of :func:`window_partition`: [B, nW, M*M, C] -> [B, H, W, C]."""
-    B, _, _, C = windows.shape
-    M, (H, W) = window_size, hw
-    x = windows.view(B, H // M, W // M, M, M, C).permute(0, 1, 3, 2, 4, 5)
-    return x.reshape(B, H, W, C)
+@functools.lru_cache(maxsize=32)
+def window_token_order(hw, window_size, shift_size=0, device=None):
+    """Two token gathers: roll + window partition, and window reverse + roll back + crop.
+
+    For an H x W map zero-padded to Hp x Wp (multiples of M), rolled by ``-shift``
+    on both axes and cut into windows, ``x.index_select(1, order)`` of the padded
+    tokens [B, Hp*Wp, C] gives the windows as [B, nW*M*M, C] in one copy, and
+    ``windows.index_select(1, inverse)`` puts the window tokens back, unrolled and
+    cropped to [B, H*W, C] (instead of two to four copies each way).
+
+    Args:
+        hw (tuple[int, int]): unpadded map size (H, W).
+    Returns:
+        (order [Hp*Wp], inverse [H*W]) long. Cached per arguments: do not modify.
+    """
+    H, W = hw
+    M, s = window_size, shift_size
+    Hp, Wp = H + -H % M, W + -W % M
+    # Normal tensors even under inference_mode: index_select saves its index for backward.
+    with torch.inference_mode(False):
+        idx = torch.arange(Hp * Wp, device=device).view(1, Hp, Wp, 1)
+        if s:
+            idx = torch.roll(idx, shifts=(-s, -s), dims=(1, 2))
+        order = window_partition(idx, M).reshape(-1)
+        slot = torch.empty_like(order)
+        slot[order] = torch.arange(order.numel(), device=device)
+        inverse = slot.view(Hp, Wp)[:H, :W].reshape(-1)
+    return order, inverse
 
 
 def shifted_window_mask(hw, window_size, shift_size, device=None):
@@ -95,13 +119,16 @@ class WindowMultiheadAttention(nn.Module):
     def forward(self, x, mask=None):
         B, nW, N, C = x.shape
         h, M = self.num_heads, self.window_size
-        # [B, nW, N, 3C] -> 3 x [B, nW, h, N, C/h]
-        q, k, v = self.qkv(x).view(B, nW, N, 3, h, C // h).permute(3, 0, 1, 4, 2, 5).unbind(0)
-        # The same bias for every window and image: [1, h, N, N] -> [1, 1, h, N, N].
-        attn_mask = self.relative_position_bias((M, M)).to(q.dtype)[None]
+        # Windows go into SDPA's batch dimension: with 4D inputs it takes its fused
+        # kernel, with 5D ([B, nW, h, N, d]) it falls back to the much slower math path.
+        # [B, nW, N, 3C] -> 3 x [B*nW, h, N, C/h]
+        q, k, v = self.qkv(x).view(B * nW, N, 3, h, C // h).permute(2, 0, 3, 1, 4).unbind(0)
+        attn_mask = self.relative_position_bias((M, M)).to(q.dtype)  # [1, h, N, N], every window
         if mask is not None:
-            attn_mask = attn_mask + mask.to(q.dtype)[None, :, None]  # + [1, nW, 1, N, N]
+            attn_mask = attn_mask + mask.to(q.dtype)[:, None]  # [nW, h, N, N]
+            if B > 1:  # window w of image b is batch entry b*nW + w
+                attn_mask = attn_mask.expand(B, -1, -1, -1, -1).reshape(B * nW, h, N, N)
         x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                            dropout_p=self.attn_drop if self.training else 0.)
-        x = x.transpose(2, 3).reshape(B, nW, N, C)
+        x = x.transpose(1, 2).reshape(B, nW, N, C)
         return self.proj_drop(self.proj(x))
