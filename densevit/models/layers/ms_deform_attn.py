@@ -34,19 +34,20 @@ def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, atten
     B, S, M, Dh = value.shape
     _, Q, _, L, P, _ = sampling_locations.shape
     shapes = [(int(h), int(w)) for h, w in spatial_shapes]
-    # grid_sample's grid: [B·M, Q, L, P, 2] in [-1, 1]
-    grids = (2 * sampling_locations - 1).transpose(1, 2).reshape(B * M, Q, L, P, 2)
-    weights = attention_weights.transpose(1, 2).reshape(B * M, 1, Q, L, P)
+    # level-major copies of the (small) grids and weights, so each level's slice is
+    # contiguous: grid_sample and the weighted sum are markedly slower on strided ones
+    grids = (2 * sampling_locations - 1).permute(3, 0, 2, 1, 4, 5).reshape(L, B * M, Q, P, 2)
+    weights = attention_weights.permute(3, 0, 2, 1, 4).reshape(L, B * M, 1, Q, P)
     out = None
     levels = value.split([h * w for h, w in shapes], dim=1)
     for lvl, (h, w) in enumerate(shapes):
-        # [B, h·w, M, Dh] -> [B·M, Dh, h, w]: one contiguous map per (image, head); split
-        # (not slicing) keeps the backward from allocating a full-size gradient per level
-        value_l = levels[lvl].permute(0, 2, 3, 1).reshape(B * M, Dh, h, w)
-        # [B·M, Dh, Q, P]
-        sampled = F.grid_sample(value_l, grids[:, :, lvl], mode='bilinear',
-                                padding_mode='zeros', align_corners=False)
-        term = (sampled * weights[:, :, :, lvl]).sum(-1)  # [B·M, Dh, Q]
+        # [B, h·w, M, Dh] -> [B, M·Dh, h·w] -> [B·M, Dh, h, w]: one copy, whose backward
+        # is a single strided copy too; split (not slicing) keeps the backward from
+        # allocating a full-size gradient per level
+        value_l = levels[lvl].flatten(2).transpose(1, 2).reshape(B * M, Dh, h, w)
+        sampled = F.grid_sample(value_l, grids[lvl], mode='bilinear',
+                                padding_mode='zeros', align_corners=False)  # [B·M, Dh, Q, P]
+        term = (sampled * weights[lvl]).sum(-1)  # [B·M, Dh, Q]
         out = term if out is None else out + term
     # [B·M, Dh, Q] -> [B, Q, M·Dh]
     return out.view(B, M * Dh, Q).transpose(1, 2)
