@@ -19,10 +19,9 @@ from densevit.models.layers.deformable_detr_transformer import (DeformableDetrTr
 from densevit.models.layers.mlp import MLP
 from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
 from densevit.registry import MODELS
-from densevit.structures import box_cxcywh_to_xyxy
 
 from .denoising import DenoisingQueries
-from .detr_head import DETRHead
+from .detr_head import DETRHead, boxes_to_pixels
 from .encoder_proposals import EncoderProposals
 
 
@@ -222,14 +221,5 @@ class DeformableDETRHead(DETRHead):
         Q, K = logits.shape
         scores, idx = logits.sigmoid().flatten().topk(min(self.num_dets, Q * K))
         labels, query = idx % K, idx // K
-        h, w = meta['img_shape'][:2]
-        bboxes = box_cxcywh_to_xyxy(boxes[query]) * boxes.new_tensor([w, h, w, h])
-        if rescale:
-            sw, sh = meta.get('scale_factor', (1.0, 1.0))
-            bboxes = bboxes / bboxes.new_tensor([sw, sh, sw, sh])
-            oh, ow = meta.get('ori_shape', (h, w))[:2]
-            bboxes = torch.stack([bboxes[:, 0].clamp(0, ow), bboxes[:, 1].clamp(0, oh),
-                                  bboxes[:, 2].clamp(0, ow), bboxes[:, 3].clamp(0, oh)], -1)
-        result = InstanceData()
-        result.bboxes, result.scores, result.labels = bboxes, scores, labels
-        return result
+        return InstanceData(bboxes=boxes_to_pixels(boxes[query], meta, rescale), scores=scores,
+                            labels=labels)

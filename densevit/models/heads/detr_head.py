@@ -19,6 +19,21 @@ from ..losses.set_criterion import num_boxes_across_ranks
 from .denoising import DenoisingQueries
 
 
+def boxes_to_pixels(boxes, meta, rescale=True):
+    """Normalised cxcywh boxes [N, 4] -> xyxy pixels [N, 4] of the network input
+    (``meta['img_shape']``), or, with ``rescale``, of the original image: divided by
+    ``scale_factor`` (w, h) and clipped to ``ori_shape``."""
+    h, w = meta['img_shape'][:2]
+    bboxes = box_cxcywh_to_xyxy(boxes) * boxes.new_tensor([w, h, w, h])
+    if rescale:
+        sw, sh = meta.get('scale_factor', (1.0, 1.0))
+        bboxes = bboxes / bboxes.new_tensor([sw, sh, sw, sh])
+        oh, ow = meta.get('ori_shape', (h, w))[:2]
+        bboxes = torch.stack([bboxes[:, 0].clamp(0, ow), bboxes[:, 1].clamp(0, oh),
+                              bboxes[:, 2].clamp(0, ow), bboxes[:, 3].clamp(0, oh)], -1)
+    return bboxes
+
+
 @MODELS.register_module()
 class DETRHead(BaseModule):
     """DETR head on one feature map.
@@ -166,14 +181,5 @@ class DETRHead(BaseModule):
     def postprocess(self, logits, boxes, meta, rescale=True):
         """logits [Q, K+1], boxes [Q, 4] normalized cxcywh -> InstanceData in pixels."""
         scores, labels = logits.softmax(-1)[:, :-1].max(-1)
-        h, w = meta['img_shape'][:2]
-        bboxes = box_cxcywh_to_xyxy(boxes) * boxes.new_tensor([w, h, w, h])
-        if rescale:
-            sw, sh = meta.get('scale_factor', (1.0, 1.0))
-            bboxes = bboxes / bboxes.new_tensor([sw, sh, sw, sh])
-            oh, ow = meta.get('ori_shape', (h, w))[:2]
-            bboxes = torch.stack([bboxes[:, 0].clamp(0, ow), bboxes[:, 1].clamp(0, oh),
-                                  bboxes[:, 2].clamp(0, ow), bboxes[:, 3].clamp(0, oh)], -1)
-        result = InstanceData()
-        result.bboxes, result.scores, result.labels = bboxes, scores, labels
-        return result
+        return InstanceData(bboxes=boxes_to_pixels(boxes, meta, rescale), scores=scores,
+                            labels=labels)

@@ -6,6 +6,22 @@ from torch import nn
 from densevit.registry import MODELS
 
 
+def check_labels(loss_name, label, num_classes, ignore_index):
+    """Raise if a label is outside ``[0, num_classes)`` and is not ``ignore_index``.
+
+    An out-of-range label makes the loss crash deep inside (a device-side assert on
+    GPU) or silently mis-index; the usual culprit is the dataset's
+    ``reduce_zero_label`` setting, so the message says so and lists the values.
+    """
+    valid = label[label != ignore_index]
+    if valid.numel() and (valid.min() < 0 or valid.max() >= num_classes):
+        bad = valid[(valid < 0) | (valid >= num_classes)].unique()
+        raise ValueError(
+            f'{loss_name}: labels must be in [0, {num_classes}) or {ignore_index} (ignore); '
+            f'found {bad[:8].tolist()}. Check num_classes and the dataset\'s '
+            f'reduce_zero_label setting.')
+
+
 @MODELS.register_module()
 class CrossEntropyLoss(nn.Module):
     """Softmax cross-entropy over classes, averaged over pixels.
@@ -55,22 +71,10 @@ class CrossEntropyLoss(nn.Module):
     def loss_name(self):
         return self._loss_name
 
-    def _check_labels(self, label, num_classes, ignore_index):
-        # An out-of-range label makes F.cross_entropy crash (a device-side
-        # assert on GPU) with no hint of the cause; the usual culprit is the
-        # dataset's reduce_zero_label setting, so say so.
-        valid = label[label != ignore_index]
-        if valid.numel() and (valid.min() < 0 or valid.max() >= num_classes):
-            raise ValueError(
-                f'CrossEntropyLoss: labels must be in [0, {num_classes}) or '
-                f'{ignore_index} (ignore); found values in '
-                f'[{int(valid.min())}, {int(valid.max())}]. Check num_classes and the '
-                f"dataset's reduce_zero_label setting.")
-
     def forward(self, cls_score, label, ignore_index=None):
         """cls_score [B, K, H, W], label [B, H, W] -> weighted scalar loss."""
         ignore_index = self.ignore_index if ignore_index is None else ignore_index
-        self._check_labels(label, cls_score.shape[1], ignore_index)
+        check_labels(self._loss_name, label, cls_score.shape[1], ignore_index)
         weight = None
         if self.class_weight is not None:
             weight = self.class_weight.to(cls_score)

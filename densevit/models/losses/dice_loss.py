@@ -9,6 +9,8 @@ import torch
 
 from densevit.registry import MODELS
 
+from .cross_entropy_loss import check_labels
+
 
 @MODELS.register_module()
 class DiceLoss(torch.nn.Module):
@@ -51,12 +53,8 @@ class DiceLoss(torch.nn.Module):
         """cls_score [B, K, H, W], label [B, H, W] -> scalar loss."""
         ignore_index = self.ignore_index if ignore_index is None else ignore_index
         num_classes = cls_score.shape[1]
+        check_labels('DiceLoss', label, num_classes, ignore_index)
         valid = label != ignore_index  # [B, H, W]
-        bad = label[valid]
-        bad = bad[(bad < 0) | (bad >= num_classes)]
-        if bad.numel():
-            raise ValueError(f'DiceLoss: labels must be in [0, {num_classes}) or {ignore_index} '
-                             f'(ignore); found {sorted(set(bad.tolist()))[:8]}')
         prob = cls_score.softmax(dim=1) * valid.unsqueeze(1)  # [B, K, H, W]
         one_hot = torch.zeros_like(prob).scatter_(
             1, torch.where(valid, label, 0).unsqueeze(1), 1.0) * valid.unsqueeze(1)
