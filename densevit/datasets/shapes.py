@@ -57,11 +57,15 @@ def _background(rng, h, w, kind):
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _shape_mask(rng, category_id, h, w, min_size, max_size):
-    """Boolean [H, W] mask of one shape of about ``size`` pixels, centred inside the image."""
+def _shape_mask(rng, category_id, h, w, min_size, max_size, inside=False):
+    """Boolean [H, W] mask of one shape of about ``size`` pixels, centred inside the image.
+
+    ``inside``: the whole shape lies inside the image (else it may be cut by the border).
+    """
     mask = np.zeros((h, w), np.uint8)
-    size = int(rng.integers(min_size, max_size + 1))
-    cx, cy = int(rng.integers(0, w)), int(rng.integers(0, h))
+    size = int(rng.integers(min_size, min(max_size, h, w) + 1 if inside else max_size + 1))
+    r = size // 2 if inside else 0  # every shape fits in the circle of diameter ``size``
+    cx, cy = int(rng.integers(r, w - r)), int(rng.integers(r, h - r))
     if category_id == 1:
         cv2.circle(mask, (cx, cy), max(size // 2, 1), 1, thickness=-1, lineType=cv2.LINE_8)
     elif category_id == 2:
@@ -88,13 +92,17 @@ def _contrasting_colour(rng, under):
     return colour.astype(np.uint8)
 
 
-def render_image(rng, img_size, max_objects=6, min_size=8, max_size=48, background='texture'):
+def render_image(rng, img_size, max_objects=6, min_size=8, max_size=48, background='texture',
+                 inside=False, min_visible=MIN_VISIBLE):
     """Render one image.
 
     Args:
         rng (np.random.Generator): the only source of randomness.
         img_size (tuple[int, int]): (H, W).
         background (str): 'texture' (noise / stripes / gradient) or 'flat' (one colour).
+        inside (bool): keep every shape whole inside the image (else the border may cut it).
+        min_visible (float): a new shape may hide at most ``1 - min_visible`` of any
+            shape already drawn (1.0: shapes never overlap).
 
     Returns:
         dict: ``img`` uint8 [H, W, 3] BGR; ``class_map`` uint8 [H, W] category id per
@@ -108,10 +116,10 @@ def render_image(rng, img_size, max_objects=6, min_size=8, max_size=48, backgrou
     for _ in range(int(rng.integers(1, max_objects + 1))):
         for _ in range(PLACEMENT_TRIES):
             category_id = int(rng.integers(1, len(CATEGORIES) + 1))
-            mask = _shape_mask(rng, category_id, h, w, min_size, max_size)
+            mask = _shape_mask(rng, category_id, h, w, min_size, max_size, inside)
             # overlaps are allowed, but every earlier shape must stay mostly visible
             if mask.any() and all(
-                    np.count_nonzero((owner == i + 1) & ~mask) >= MIN_VISIBLE * s['area']
+                    np.count_nonzero((owner == i + 1) & ~mask) >= min_visible * s['area']
                     for i, s in enumerate(shapes)):
                 break
         else:
@@ -135,7 +143,8 @@ def mask_to_xywh(mask):
 
 
 def generate_shapes(out_dir, split, num_images, img_size=(128, 128), seed=0, max_objects=6,
-                    min_size=None, max_size=None, background='texture'):
+                    min_size=None, max_size=None, background='texture', inside=False,
+                    min_visible=MIN_VISIBLE):
     """Write one split of the shapes data set in COCO format; return the annotation file path.
 
     Args:
@@ -150,6 +159,7 @@ def generate_shapes(out_dir, split, num_images, img_size=(128, 128), seed=0, max
         min_size, max_size (int, optional): shape diameter range in pixels; default to
             ``min(H, W) // 10`` (at least 6) and ``min(H, W) // 2``.
         background (str): 'texture' or 'flat'.
+        inside, min_visible: as :func:`render_image`.
     """
     h, w = img_size
     min_size = min_size or max(min(h, w) // 10, 6)
@@ -162,7 +172,8 @@ def generate_shapes(out_dir, split, num_images, img_size=(128, 128), seed=0, max
     for idx in range(num_images):
         # one generator per image: any image can be re-rendered alone
         rng = np.random.default_rng([seed, split_key, idx])
-        out = render_image(rng, img_size, max_objects, min_size, max_size, background)
+        out = render_image(rng, img_size, max_objects, min_size, max_size, background, inside,
+                           min_visible)
         file_name = f'{idx:06d}.png'
         cv2.imwrite(osp.join(img_dir, file_name), out['img'])
         images.append(dict(id=idx + 1, file_name=file_name, width=w, height=h))

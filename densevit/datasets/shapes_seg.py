@@ -21,8 +21,8 @@ import numpy as np
 from mmengine.logging import print_log
 
 from densevit.datasets.seg_folder import SegFolderDataset
-from densevit.datasets.shapes import (_exclusive, check_generated_with, record_generated_with,
-                                      render_image)
+from densevit.datasets.shapes import (MIN_VISIBLE, _exclusive, check_generated_with,
+                                      record_generated_with, render_image)
 from densevit.registry import DATASETS
 
 CLASSES = ('background', 'circle', 'rectangle', 'triangle')
@@ -30,7 +30,8 @@ PALETTE = [[0, 0, 0], [230, 25, 75], [60, 180, 75], [0, 130, 200]]
 
 
 def generate_shapes_seg(out_dir, split, num_images, img_size=(128, 128), seed=0, max_objects=6,
-                        min_size=None, max_size=None, background='texture'):
+                        min_size=None, max_size=None, background='texture', inside=False,
+                        min_visible=MIN_VISIBLE):
     """Write one split: ``images/<split>/*.png`` and ``annotations/<split>/*.png``.
 
     Arguments as :func:`densevit.datasets.shapes.generate_shapes` (the split name is
@@ -45,7 +46,8 @@ def generate_shapes_seg(out_dir, split, num_images, img_size=(128, 128), seed=0,
     split_key = zlib.crc32(split.encode())  # stable across processes, unlike hash()
     for idx in range(num_images):
         rng = np.random.default_rng([seed, split_key, idx])  # any image re-renders alone
-        out = render_image(rng, img_size, max_objects, min_size, max_size, background)
+        out = render_image(rng, img_size, max_objects, min_size, max_size, background, inside,
+                           min_visible)
         cv2.imwrite(osp.join(img_dir, f'{idx:06d}.png'), out['img'])
         cv2.imwrite(osp.join(seg_dir, f'{idx:06d}.png'), out['class_map'])
     return img_dir, seg_dir

@@ -90,6 +90,33 @@ def test_rendered_masks_match_boxes_and_class_map():
     assert (out['class_map'][~union] == 0).all()
 
 
+def _disk_areas(max_size):
+    """Pixel count of a whole disk per radius, drawn as the renderer draws circles."""
+    areas = {}
+    for r in range(1, max_size // 2 + 1):
+        canvas = np.zeros((max_size + 4, max_size + 4), np.uint8)
+        cv2.circle(canvas, (max_size // 2 + 2, max_size // 2 + 2), r, 1, thickness=-1)
+        areas[r] = int(canvas.sum())
+    return set(areas.values())
+
+
+@pytest.mark.parametrize('whole', [True, False])
+def test_inside_and_min_visible_keep_shapes_whole(whole):
+    # inside + min_visible=1: no shape cut by the border or hidden by another, so every
+    # circle has exactly the pixel count of a whole disk; the defaults cut some
+    kwargs = dict(inside=True, min_visible=1.0) if whole else {}
+    disks, whole_circles, circles = _disk_areas(24), 0, 0
+    for seed in range(40):
+        out = render_image(np.random.default_rng(seed), SIZE, max_objects=6, min_size=6,
+                           max_size=24, **kwargs)
+        for shape in out['shapes']:
+            if shape['category_id'] == 1:
+                circles += 1
+                whole_circles += int(shape['mask'].sum()) in disks
+    assert circles > 20
+    assert (whole_circles == circles) if whole else (whole_circles < circles)
+
+
 def test_dataset_generates_once(tmp_path):
     kwargs = dict(data_root=str(tmp_path), ann_file='annotations/instances_val.json',
                   data_prefix=dict(img='val/'), generate=dict(num_images=3, img_size=SIZE, seed=0))
