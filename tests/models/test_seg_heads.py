@@ -7,7 +7,7 @@ from mmengine.structures import PixelData
 
 from densevit.models.backbones.mit import MixVisionTransformer
 from densevit.models.backbones.vit import VisionTransformer
-from densevit.models.heads.decode_head import pixel_accuracy
+from densevit.models.heads.decode_head import class_argmax, pixel_accuracy
 from densevit.models.heads.segformer_head import SegformerHead
 from densevit.models.heads.setr_mla_head import SETRMLAHead
 from densevit.models.heads.setr_up_head import SETRUPHead
@@ -70,6 +70,15 @@ def test_cross_entropy_out_of_range_label_is_explained():
         CrossEntropyLoss()(torch.randn(1, K, 2, 2), torch.full((1, 2, 2), K))
 
 
+@pytest.mark.parametrize('dim', [0, 1, 3])
+def test_class_argmax_is_argmax_ties_included(dim):
+    torch.manual_seed(0)
+    x = torch.randint(0, 3, (6, 5, 7, 4)).float()  # many ties: the first maximum wins
+    assert torch.equal(class_argmax(x, dim), x.argmax(dim))
+    y = torch.randn(6, 5, 7, 4)
+    assert torch.equal(class_argmax(y, dim), y.argmax(dim))
+
+
 def test_pixel_accuracy_hand_case():
     # predicted classes [[0, 1], [2, 1]] via one-hot logits
     pred = torch.tensor([[0, 1], [2, 1]])
@@ -97,6 +106,35 @@ def test_segformer_head_shapes_and_loss():
     assert not losses['acc_seg'].requires_grad
     losses['loss_ce'].backward()
     assert head.fuse.conv.weight.grad is not None
+
+
+@pytest.mark.parametrize('norm_cfg', [dict(type='BN'), None])
+def test_segformer_head_equals_project_upsample_concat_fuse(norm_cfg):
+    # the paper's order, written out: per-map 1x1 conv, upsample, concatenate
+    # (deepest first), fuse conv-BN-ReLU, classifier; values and parameter grads
+    torch.manual_seed(0)
+    head = _segformer_head(norm_cfg=norm_cfg, dropout_ratio=0.0).train()
+    torch.nn.init.normal_(head.conv_seg.weight)
+    feats = _pyramid()
+
+    def reference():
+        size = feats[0].shape[-2:]
+        ups = [torch.nn.functional.interpolate(proj(x), size=size, mode='bilinear',
+                                               align_corners=False)
+               for proj, x in zip(head.linear_projs, feats)]
+        return head.cls_seg(head.fuse(torch.cat(ups[::-1], dim=1)))
+
+    outs, grads = [], []
+    for fn in (head, lambda f: reference()):
+        head.zero_grad()
+        out = fn(feats)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        outs.append(out.detach())
+        grads.append({n: p.grad.clone() for n, p in head.named_parameters()})
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+    for name in grads[1]:  # (under BN the projection biases' true gradient is 0)
+        diff = (grads[0][name] - grads[1][name]).abs().max().item()
+        assert diff <= 1e-4 * max(grads[1][name].abs().max().item(), 1.0), (name, diff)
 
 
 def test_head_loss_all_ignored_is_zero_with_finite_grads():

