@@ -60,11 +60,13 @@ def _background(rng, h, w, kind):
 def _shape_mask(rng, category_id, h, w, min_size, max_size, inside=False):
     """Boolean [H, W] mask of one shape of about ``size`` pixels, centred inside the image.
 
-    ``inside``: the whole shape lies inside the image (else it may be cut by the border).
+    ``inside``: the centre is at least ``size // 2`` from every border, so the shape
+    lies inside the image (a triangle vertex may round one pixel over); sizes are
+    capped at ``min(H, W) - 1``. Else the border may cut the shape.
     """
     mask = np.zeros((h, w), np.uint8)
-    size = int(rng.integers(min_size, min(max_size, h, w) + 1 if inside else max_size + 1))
-    r = size // 2 if inside else 0  # every shape fits in the circle of diameter ``size``
+    size = int(rng.integers(min_size, min(max_size, h - 1, w - 1) + 1 if inside else max_size + 1))
+    r = size // 2 if inside else 0  # circles and rectangles fit in a circle of diameter ``size``
     cx, cy = int(rng.integers(r, w - r)), int(rng.integers(r, h - r))
     if category_id == 1:
         cv2.circle(mask, (cx, cy), max(size // 2, 1), 1, thickness=-1, lineType=cv2.LINE_8)
@@ -110,6 +112,9 @@ def render_image(rng, img_size, max_objects=6, min_size=8, max_size=48, backgrou
         visible pixels), back to front, every mask non-empty.
     """
     h, w = img_size
+    if inside and min_size > min(h, w) - 1:
+        raise ValueError(f'shapes with inside=True: min_size {min_size} does not fit a '
+                         f'{h}x{w} image (at most {min(h, w) - 1})')
     img = _background(rng, h, w, background)
     owner = np.zeros((h, w), np.uint8)  # index + 1 of the shape on top, 0 = background
     shapes = []

@@ -117,6 +117,14 @@ def test_inside_and_min_visible_keep_shapes_whole(whole):
     assert (whole_circles == circles) if whole else (whole_circles < circles)
 
 
+def test_inside_shapes_that_cannot_fit_are_refused():
+    with pytest.raises(ValueError, match='min_size 40 does not fit a 40x56 image'):
+        render_image(np.random.default_rng(0), SIZE, min_size=40, max_size=48, inside=True)
+    # the largest that fits still renders (centre range not empty)
+    out = render_image(np.random.default_rng(0), SIZE, min_size=39, max_size=60, inside=True)
+    assert out['shapes']
+
+
 def test_dataset_generates_once(tmp_path):
     kwargs = dict(data_root=str(tmp_path), ann_file='annotations/instances_val.json',
                   data_prefix=dict(img='val/'), generate=dict(num_images=3, img_size=SIZE, seed=0))
