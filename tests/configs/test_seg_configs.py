@@ -15,6 +15,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 SEGFORMER = sorted((CONFIGS / 'segformer').glob('segformer_mit-*.py'))
 SETR = sorted((CONFIGS / 'setr').glob('*.py'))
 QUICKSTART = CONFIGS / 'quickstart' / 'segformer_shapes.py'
+SEG_TRIALS = sorted((CONFIGS / 'quickstart' / 'seg_trials').glob('*.py'))
 
 
 def build_model(model_cfg, device=None):
@@ -73,11 +74,12 @@ def test_setr_recipe(path):
         assert [h.in_index for h in model.auxiliary_head] == [0, 1, 2]
 
 
-@pytest.mark.parametrize('path', SEGFORMER + SETR + [QUICKSTART], ids=lambda p: p.stem)
+@pytest.mark.parametrize('path', SEGFORMER + SETR + [QUICKSTART] + SEG_TRIALS,
+                         ids=lambda p: p.stem)
 def test_model_builds_on_meta_and_wires_up(path):
     cfg = Config.fromfile(str(path))
     model = build_model(cfg.model, device='meta')
-    size = cfg.img_size if path == QUICKSTART else 512
+    size = cfg.img_size if path == QUICKSTART or path in SEG_TRIALS else 512
     x = torch.empty(1, 3, size, size, device='meta')
     logits = model(x, mode='tensor')
     assert logits.shape[:2] == (1, cfg.model.decode_head.num_classes)
