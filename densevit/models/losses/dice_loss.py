@@ -55,9 +55,10 @@ class DiceLoss(torch.nn.Module):
         num_classes = cls_score.shape[1]
         check_labels('DiceLoss', label, num_classes, ignore_index)
         valid = label != ignore_index  # [B, H, W]
-        prob = cls_score.softmax(dim=1) * valid.unsqueeze(1)  # [B, K, H, W]
+        v = valid.unsqueeze(1)  # [B, 1, H, W]
+        prob = cls_score.softmax(dim=1) * v  # [B, K, H, W]
         one_hot = torch.zeros_like(prob).scatter_(
-            1, torch.where(valid, label, 0).unsqueeze(1), 1.0) * valid.unsqueeze(1)
+            1, torch.where(valid, label, 0).unsqueeze(1), 1.0) * v
         inter = (prob * one_hot).flatten(2).sum(-1)  # [B, K]
         p_sum = (prob if self.naive_dice else prob * prob).flatten(2).sum(-1)
         t_sum = one_hot.flatten(2).sum(-1)
