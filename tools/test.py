@@ -6,10 +6,10 @@ import sys
 
 from mmengine.config import Config, DictAction
 from mmengine.evaluator import DumpResults
-from mmengine.runner import Runner
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.engine.launch import setup_launcher
+from densevit.engine.runner import Runner
 from densevit.engine.preflight import missing_inputs
 from densevit.utils.safe_load import use_safe_checkpoint_loader
 
@@ -55,6 +55,9 @@ def main(argv=None):
     if args.out:
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     runner.test()
+    if args.show_dir:
+        # mmengine's visualization hooks write under the run's timestamped log dir
+        print(f'densevit: drawings written to {osp.join(runner.log_dir, args.show_dir)}')
     return 0
 
 

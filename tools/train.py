@@ -1,15 +1,21 @@
-"""Train a densevit model: ``python tools/train.py CONFIG [--work-dir DIR] [--resume [PATH]]``."""
+"""Train a densevit model: ``python tools/train.py CONFIG [--work-dir DIR] [--resume [PATH]]``.
+
+``--minutes M [--eval-every N]`` trains on a clock instead of the config's
+iteration limit: validation every N training minutes (validation time is not
+counted), a stop after M, the metric-versus-minutes table and picture in the work
+dir (``training_clock.csv``, ``curve.png``) and a checkpoint where it stopped.
+"""
 import argparse
 import os
 import os.path as osp
 import sys
 
 from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
 from densevit.engine.launch import setup_launcher
+from densevit.engine.runner import Runner
 from densevit.engine.preflight import missing_inputs
 from densevit.utils.safe_load import use_safe_checkpoint_loader
 
@@ -27,13 +33,48 @@ def parse_args(argv=None):
     p.add_argument('--tensorboard', action='store_true',
                    help='also log scalars to TensorBoard (<work_dir>/<timestamp>/vis_data); '
                         'needs `pip install tensorboard`')
+    clock = p.add_argument_group('training on a clock')
+    clock.add_argument('--minutes', type=float,
+                       help='train for this many minutes (validation not counted) instead of '
+                            'the config\'s iteration limit; the learning-rate schedule is kept '
+                            'as the config writes it, in iterations')
+    clock.add_argument('--eval-every', type=float,
+                       help='with --minutes: validate every this many training minutes '
+                            '(default: a tenth of --minutes)')
+    clock.add_argument('--stop-at', nargs=2, metavar=('KEY', 'VALUE'),
+                       help='with --minutes: also stop once a validation metric reaches VALUE, '
+                            'e.g. --stop-at coco/bbox_mAP_50 0.9')
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
                    help='override config entries, e.g. train_cfg.max_epochs=12')
     p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
     p.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = p.parse_args(argv)
+    if args.minutes is None and (args.eval_every is not None or args.stop_at):
+        p.error('--eval-every and --stop-at go with --minutes')
+    if args.minutes is not None and args.minutes <= 0:
+        p.error(f'--minutes must be positive, got {args.minutes}')
+    if args.eval_every is not None and args.eval_every <= 0:
+        p.error(f'--eval-every must be positive, got {args.eval_every}')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
+
+
+NO_LIMIT = 10 ** 8
+
+
+def train_on_clock(cfg, minutes, eval_every=None, stop_at=None):
+    """Let a ``TrainingClockHook`` decide when to validate and stop (see the module doc)."""
+    if cfg.train_cfg.get('type') != 'IterBasedTrainLoop':
+        raise ValueError('--minutes needs an iteration-based config (train_cfg.type='
+                         f"'IterBasedTrainLoop'); this one has {cfg.train_cfg.get('type')!r}")
+    # the clock decides when to validate and stop; the loop's own limits are pushed away
+    cfg.train_cfg.max_iters = NO_LIMIT
+    cfg.train_cfg.val_interval = NO_LIMIT
+    cfg.custom_hooks = list(cfg.get('custom_hooks', [])) + [
+        dict(type='TrainingClockHook', budget_minutes=minutes,
+             eval_every_minutes=eval_every or minutes / 10,
+             stop_at=dict(key=stop_at[0], value=float(stop_at[1])) if stop_at else None)]
+    return cfg
 
 
 def build_config(args):
@@ -48,6 +89,8 @@ def build_config(args):
         if not any(b.get('type') == 'TensorboardVisBackend' for b in backends):
             backends.append(dict(type='TensorboardVisBackend'))
         cfg.visualizer.vis_backends = backends
+    if args.minutes is not None:
+        cfg = train_on_clock(cfg, args.minutes, args.eval_every, args.stop_at)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume:
@@ -58,7 +101,11 @@ def build_config(args):
 def main(argv=None):
     args = parse_args(argv)
     use_safe_checkpoint_loader()  # load_from / --resume: weights_only=True, clear errors
-    cfg = build_config(args)
+    try:
+        cfg = build_config(args)
+    except ValueError as e:
+        print(f'densevit: {args.config}: {e}', file=sys.stderr)
+        return 1
     problems = missing_inputs(cfg, resume=bool(args.resume))
     if problems:
         for line in problems:

@@ -17,6 +17,8 @@ import densevit.registry  # noqa: F401  (the 'densevit' scope the wrapper type n
 def setup_launcher(cfg, launcher):
     """Set ``cfg.launcher`` and, on CPU, initialise gloo and a CPU-friendly DDP wrapper."""
     cfg.launcher = launcher
+    if not torch.cuda.is_available() and cfg.get('env_cfg', {}).get('dist_cfg'):
+        cfg.env_cfg.dist_cfg.backend = 'gloo'  # NCCL needs CUDA
     if launcher == 'none':
         return cfg
     if launcher == 'slurm' and 'RANK' not in os.environ:

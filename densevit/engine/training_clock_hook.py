@@ -1,12 +1,20 @@
-"""Validate on a wall-clock schedule and record quality against training minutes."""
+"""Train on a wall-clock budget: validate every N minutes, stop after M, record the curve.
+
+``tools/train.py CONFIG --minutes M --eval-every N`` adds this hook and lifts the
+loop's iteration limit, so the clock alone decides when to validate and stop.
+"""
 import csv
+import math
 import os.path as osp
 import time
 
+from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
+from densevit.engine.checkpoint_hook import AtomicCheckpointHook
 from densevit.registry import HOOKS
+from densevit.visualization.training_curve import plot_curves
 
 
 @HOOKS.register_module()
@@ -15,11 +23,20 @@ class TrainingClockHook(Hook):
     ``eval_every_minutes`` of it, stop after ``budget_minutes``.
 
     Each validation appends a row ``minutes, iter, <metrics...>`` to
-    ``<work_dir>/<out_file>``: the data behind "AP versus minutes" curves.
+    ``<work_dir>/<out_file>``: the data behind "metric versus minutes" curves.
     ``stop_at=dict(key=..., value=...)`` also stops once a metric reaches a value.
+    When training stops, a checkpoint is saved where it stopped (the loop's own
+    last-iteration save never comes) and the table is drawn into
+    ``<work_dir>/curve.png``.
+
+    The ETA that the log shows (mmengine's ``IterTimerHook`` extrapolates it from
+    the iteration limit, which a clocked run does not have) is replaced by the
+    training time left plus the validations still due, each as long as the last.
+    For that the hook runs right after ``IterTimerHook`` (priority NORMAL) and
+    before the logger writes the line.
     """
 
-    priority = 'LOW'
+    priority = 'NORMAL'
 
     def __init__(self, budget_minutes=None, eval_every_minutes=None, out_file='training_clock.csv',
                  stop_at=None):
@@ -28,12 +45,13 @@ class TrainingClockHook(Hook):
         self.every = None if eval_every_minutes is None else eval_every_minutes * 60.0
         self.out_file = out_file
         self.rows = []
+        self._iters_done = None
 
     def before_train(self, runner):
         self.train_seconds = 0.0
+        self.val_seconds = 0.0  # duration of the last validation
         self._mark = time.perf_counter()
         self._next_eval = self.every
-        self._in_val = False
 
     def _tick(self):
         now = time.perf_counter()
@@ -43,11 +61,21 @@ class TrainingClockHook(Hook):
     def before_val(self, runner):
         if hasattr(self, '_mark'):
             self._tick()
-        self._in_val = True
+        self._val_start = time.perf_counter()
 
     def after_val(self, runner):
-        self._in_val = False
         self._mark = time.perf_counter()  # validation time is not training time
+        self.val_seconds = self._mark - getattr(self, '_val_start', self._mark)
+
+    def eta_seconds(self):
+        """Training seconds left in the budget plus the validations still due."""
+        if self.budget is None:
+            return None
+        left = max(self.budget - self.train_seconds, 0.0)
+        vals = 1  # the one at the budget
+        if self._next_eval is not None and self._next_eval < self.budget:
+            vals += math.ceil((self.budget - self._next_eval) / self.every)
+        return left + vals * self.val_seconds
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
         self._tick()
@@ -64,17 +92,38 @@ class TrainingClockHook(Hook):
             if self.stop_at and metrics.get(self.stop_at['key'], -1) >= self.stop_at['value']:
                 print_log(f"TrainingClockHook: {self.stop_at['key']} reached "
                           f"{metrics[self.stop_at['key']]:.3f} after {self.train_seconds / 60:.1f} "
-                          f'training minutes, iteration {runner.iter + 1}; stopping.', logger='current')
+                          f'training minutes, iteration {runner.iter + 1}; stopping.',
+                          logger='current')
                 runner.train_loop.stop_training = True
         if over_budget:
             print_log(f'TrainingClockHook: {self.train_seconds / 60:.1f} training minutes reached '
                       f'at iteration {runner.iter + 1}; stopping.', logger='current')
             runner.train_loop.stop_training = True
+        eta = self.eta_seconds()  # after any validation: ValLoop overwrites 'eta' with its own
+        if eta is not None:
+            runner.message_hub.update_info('eta', eta)
+
+    def after_train(self, runner):
+        step = runner.iter
+        saver = next((h for h in runner.hooks if isinstance(h, AtomicCheckpointHook)), None)
+        path = osp.join(runner.work_dir, f'iter_{step}.pth')
+        if saver is None:
+            runner.save_checkpoint(runner.work_dir, osp.basename(path))
+        elif saver.last_ckpt is None or not saver.last_ckpt.endswith(f'iter_{step}.pth'):
+            # atomic, updates last_checkpoint (for --resume) and keeps max_keep_ckpts
+            saver._save_checkpoint_with_step(runner, step, dict(epoch=runner.epoch, iter=step))
+            path = saver.last_ckpt
+        table = osp.join(runner.work_dir, self.out_file)
+        if is_main_process() and self.rows:
+            png = plot_curves([runner.work_dir], osp.join(runner.work_dir, 'curve.png'),
+                              file_name=self.out_file)
+            print_log(f'stopped at iteration {step}: checkpoint {path}, curve {png}, '
+                      f'table {table}', logger='current')
 
     def after_val_epoch(self, runner, metrics=None):
         if not hasattr(self, 'train_seconds'):
             return  # a test or standalone validation
-        iters = getattr(self, '_iters_done', None) or runner.iter
+        iters = self._iters_done or runner.iter
         row = dict(minutes=round(self.train_seconds / 60, 3), iter=iters)
         row.update({k: float(v) for k, v in (metrics or {}).items()
                     if isinstance(v, (int, float))})

@@ -1,6 +1,9 @@
-"""ProgressBarHook: images done / total during val and test, on a terminal or in a log."""
+"""ProgressBarHook: a training line every few seconds; images done / total during val and
+test, on a terminal or in a log."""
 import io
 from types import SimpleNamespace
+
+import torch
 
 from densevit.engine.progress_bar_hook import ProgressBarHook
 
@@ -47,3 +50,29 @@ def test_loops_not_selected_print_nothing():
     out = io.StringIO()
     run_test_loop(ProgressBarHook(loops=('val',), file=out), fake_runner(3), [3])
     assert out.getvalue() == ''
+
+
+def test_training_line_every_interval(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr('densevit.engine.progress_bar_hook.time.perf_counter', lambda: now[0])
+    out = io.StringIO()
+    hook = ProgressBarHook(interval_s=5.0, file=out)
+    info = {'eta': 3725.0}
+    runner = SimpleNamespace(iter=0, max_iters=100,
+                             message_hub=SimpleNamespace(get_info=info.get))
+    hook.before_train(runner)
+    for i in range(12):  # 2 s per iteration: lines after iteration 1, then every 3rd (6 s)
+        now[0] += 2.0
+        runner.iter = i
+        hook.after_train_iter(runner, i, outputs={'loss': torch.tensor(1.23456)})
+    lines = out.getvalue().splitlines()
+    assert lines[0] == 'train: iter 1/100, loss 1.2346, 2.00 s/it, eta 1:02:05'
+    assert [line.split(',')[0] for line in lines] == [
+        'train: iter 1/100', 'train: iter 4/100', 'train: iter 7/100', 'train: iter 10/100']
+    # a clocked run has no iteration limit to show
+    out.truncate(0), out.seek(0)
+    runner.max_iters = 10 ** 8
+    now[0] += 10
+    runner.iter = 12
+    hook.after_train_iter(runner, 12, outputs={'loss': torch.tensor(1.0)})
+    assert out.getvalue().startswith('train: iter 13, loss 1.0000')

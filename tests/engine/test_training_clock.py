@@ -1,4 +1,4 @@
-"""TrainingClockHook through tools/analysis/train_curve.py: validate on a clock, stop on budget."""
+"""TrainingClockHook through tools/train.py --minutes: validate on a clock, stop on budget."""
 import csv
 from types import SimpleNamespace
 
@@ -12,8 +12,8 @@ BUDGET_MIN, EVERY_MIN = 0.03, 0.005  # 1.8 s of training, validating every 0.3 s
 
 
 @pytest.fixture(scope='module')
-def train_curve():
-    return load_tool('tools/analysis/train_curve.py')
+def train_tool():
+    return load_tool('tools/train.py')
 
 
 def read_rows(path):
@@ -21,9 +21,9 @@ def read_rows(path):
         return list(csv.DictReader(f))
 
 
-def test_clock_validates_and_stops_on_budget(tmp_path, train_curve):
+def test_clock_validates_and_stops_on_budget(tmp_path, train_tool):
     work_dir = tmp_path / 'curve'
-    rc = train_curve.main([write_config(tmp_path), '--minutes', str(BUDGET_MIN),
+    rc = train_tool.main([write_config(tmp_path), '--minutes', str(BUDGET_MIN),
                            '--eval-every', str(EVERY_MIN), '--work-dir', str(work_dir),
                            '--cfg-options', *unique_names()])
     assert rc == 0
@@ -39,25 +39,35 @@ def test_clock_validates_and_stops_on_budget(tmp_path, train_curve):
     # the last validation is the one at the budget, and then training stopped by itself
     assert BUDGET_MIN <= minutes[-1] < BUDGET_MIN + 0.02
     assert all(0.0 <= float(r['coco/bbox_mAP_50']) <= 1.0 for r in rows)
-    # one checkpoint, where the clock stopped (train_curve sets max_iters=1e8)
-    (last,) = work_dir.glob('iter_*.pth')
+    # a checkpoint where the clock stopped (the loop's own limit is lifted), named by
+    # last_checkpoint so that --resume finds it
+    last = max(work_dir.glob('iter_*.pth'), key=lambda p: int(p.stem.split('_')[1]))
     stopped_at = int(last.stem.split('_')[1])
     assert iters[-1] <= stopped_at < 10 ** 4
+    assert (work_dir / 'last_checkpoint').read_text().strip() == str(last)
 
     curve = cv2.imread(str(work_dir / 'curve.png'))
     assert curve is not None and curve.shape[0] > 100 and curve.shape[1] > 100
 
 
-def test_plot_only_draws_several_runs(tmp_path, train_curve):
+def test_clock_options_need_minutes(train_tool, capsys):
+    with pytest.raises(SystemExit):
+        train_tool.parse_args(['cfg.py', '--eval-every', '2'])
+    assert '--eval-every and --stop-at go with --minutes' in capsys.readouterr().err
+
+
+def test_plot_curves_draws_several_runs(tmp_path):
     for name, ap in [('a', 0.2), ('b', 0.4)]:
         (tmp_path / name).mkdir()
         (tmp_path / name / 'training_clock.csv').write_text(
             'minutes,iter,coco/bbox_mAP,coco/bbox_mAP_50\n'
             f'1.0,10,{ap / 2},{ap}\n2.0,20,{ap},{2 * ap}\n')
     out = tmp_path / 'both.png'
-    assert train_curve.main(['--plot-only', str(tmp_path / 'a'), str(tmp_path / 'b'),
-                             '--out', str(out)]) == 0
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    assert plot_tool.main([str(tmp_path / 'a'), str(tmp_path / 'b'), '--out', str(out)]) == 0
     assert cv2.imread(str(out)) is not None
+    # a folder without a table: one clear line, no traceback
+    assert plot_tool.main([str(tmp_path), '--out', str(out)]) == 1
 
 
 class _Clock:
@@ -71,7 +81,8 @@ class _Clock:
 
 
 def fake_runner(tmp_path, on_val):
-    runner = SimpleNamespace(iter=0, work_dir=str(tmp_path))
+    runner = SimpleNamespace(iter=0, work_dir=str(tmp_path), info={})
+    runner.message_hub = SimpleNamespace(update_info=runner.info.__setitem__)
     runner.train_loop = SimpleNamespace(stop_training=False)
     runner.val_loop = SimpleNamespace(run=on_val)
     runner.model = SimpleNamespace(train=lambda: None)
@@ -91,12 +102,17 @@ def test_validation_time_is_not_training_time(tmp_path, monkeypatch):
 
     runner = fake_runner(tmp_path, validate)
     hook.before_train(runner)
+    etas = []
     for _ in range(8):  # 8 iterations of 30 s: validation at 1, 2 and 3 minutes, then stop
         clock.now += 30
         hook.after_train_iter(runner, runner.iter)
+        etas.append(runner.info['eta'])
         if runner.train_loop.stop_training:
             break
         runner.iter += 1
+    # training left + validations due (1 and 2 min, 2 and 3, 3, 3), each as long as the
+    # last one (none yet: 0 s; then 600 s): no iteration limit enters
+    assert etas == [150, 120 + 2 * 600, 90 + 2 * 600, 60 + 1 * 600, 30 + 600, 0 + 600]
     assert [r['minutes'] for r in hook.rows] == [1.0, 2.0, 3.0]
     assert runner.train_loop.stop_training and hook.train_seconds == pytest.approx(180)
     rows = read_rows(tmp_path / 'training_clock.csv')

@@ -1,0 +1,76 @@
+"""mmengine's Runner with a start-up log a person can read.
+
+mmengine's Runner opens every run with ~250 lines of resolved config, a 55-line
+hook table, one line per parameter-wise optimizer option, a collect_env dump
+(GPU and NCCL lines on a CPU machine) and deprecation warnings of its own
+file client. Here the console gets three lines instead: what runs on what, the
+seed and world size, and where the resolved config was written. The hook table
+and the parameter-wise options still reach the log file in the work dir
+(``<work_dir>/<timestamp>/<timestamp>.log``), for when they are needed; the
+deprecation chatter goes nowhere.
+"""
+import logging
+import os.path as osp
+
+import torch
+from mmengine.runner import Runner as MMEngineRunner
+
+import densevit
+
+# console only: still written to the log file
+_FILE_ONLY = ('Hooks will be executed in the following order',
+              'paramwise_options -- ')
+# neither: mmengine talking about itself
+_DROP = ('"FileClient" will be deprecated',
+         '"HardDiskBackend" is the alias of',
+         'The prefix is not set in metric class',
+         'Distributed training is not used, all SyncBatchNorm')
+
+
+class _Drop(logging.Filter):
+    def __init__(self, prefixes):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record):
+        message = str(record.msg)
+        return not any(p in message[:200] for p in self.prefixes)
+
+
+def quiet_logger(logger):
+    """Attach densevit's filters to an MMLogger's handlers (idempotent)."""
+    for handler in logger.handlers:
+        if getattr(handler, '_densevit_quiet', False):
+            continue
+        is_file = isinstance(handler, logging.FileHandler)
+        handler.addFilter(_Drop(_DROP if is_file else _DROP + _FILE_ONLY))
+        handler._densevit_quiet = True
+    return logger
+
+
+def device_summary():
+    """One phrase: the device a run uses, e.g. ``CPU, 2 threads`` or ``1 CUDA GPU (H100)``."""
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        return f'{n} CUDA GPU{"s" if n > 1 else ""} ({torch.cuda.get_device_name(0)})'
+    return f'CPU, {torch.get_num_threads()} threads'
+
+
+class Runner(MMEngineRunner):
+    """``mmengine.runner.Runner`` with the short start-up log described above."""
+
+    def build_logger(self, *args, **kwargs):
+        return quiet_logger(super().build_logger(*args, **kwargs))
+
+    def _log_env(self, env_cfg):
+        world = self._world_size
+        self.logger.info(
+            f'densevit {densevit.__version__}, torch {torch.__version__}, {device_summary()}; '
+            f'{world} process{"es" if world > 1 else ""}'
+            f'{f" ({self._launcher} launcher)" if self._distributed else ""}, seed {self._seed}')
+        if self.cfg.filename is not None:
+            name = osp.basename(self.cfg.filename)
+        else:
+            name = f'{self.timestamp}.py'
+        # mmengine's dump_config writes it there at the end of __init__
+        self.logger.info(f'resolved config: {osp.join(self.work_dir, name)}')
