@@ -1,6 +1,6 @@
 """Distributed scaling and data-loading share, measured from real training runs.
 
-    python tools/analysis/dist_scaling.py CONFIG [--nprocs 1 2] [--iters 30] [--skip 5]
+    python benchmarks/dist_scaling.py CONFIG [--nprocs 1 2] [--iters 30] [--skip 5]
         [--threads 1] [--work-dir DIR] [--cfg-options k=v ...]
 
 Trains CONFIG for ``--iters`` iterations once per entry of ``--nprocs`` (1: plain
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port():

@@ -1,6 +1,6 @@
 """Deformable attention core, forward + backward on CPU: densevit vs HF transformers.
 
-    OMP_NUM_THREADS=1 python tools/analysis/bench_deform_attn.py [--batch 1] [--repeats 5]
+    OMP_NUM_THREADS=1 python benchmarks/bench_deform_attn.py [--batch 1] [--repeats 5]
 
 Shapes of Deformable DETR on COCO: 4 levels of an 800x1066 image (100x134, 50x67, 25x34,
 13x17), d 256, 8 heads, 4 points; "encoder" = every pixel a query (S = 17,821),
@@ -42,8 +42,9 @@ def _impl(name):
     if name == 'densevit':
         from densevit.models.layers.ms_deform_attn import multi_scale_deformable_attn
         return lambda v, lo, w: multi_scale_deformable_attn(v, shapes, lo, w)
-    from transformers.models.deformable_detr.modeling_deformable_detr import \
-        MultiScaleDeformableAttention
+    from transformers.models.deformable_detr.modeling_deformable_detr import (
+        MultiScaleDeformableAttention,
+    )
     hf = MultiScaleDeformableAttention()
     starts = torch.cat([shapes.new_zeros(1), (shapes[:, 0] * shapes[:, 1]).cumsum(0)[:-1]])
     return lambda v, lo, w: hf(v, shapes, SHAPES, starts, lo, w, 64)

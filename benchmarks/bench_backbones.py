@@ -1,6 +1,6 @@
 """Backbone speed against HF transformers, on the same weights, in one run.
 
-    OMP_NUM_THREADS=1 python tools/analysis/bench_backbones.py [--repeats 5]
+    OMP_NUM_THREADS=1 python benchmarks/bench_backbones.py [--repeats 5]
 
 1. Latency: densevit ViT-B/16 at 224² and 512² vs HF ``ViTModel``; Swin-T at 224² vs HF
    ``SwinModel`` (HF weights converted into densevit; batch 1, forward, no grad).
@@ -52,7 +52,7 @@ def timed(fn_a, fn_b, x, repeats):
                 t = time.perf_counter()
                 (fn_a, fn_b)[i](x)
                 times[i].append(time.perf_counter() - t)
-    ratio = statistics.median(b / a for a, b in zip(*times))
+    ratio = statistics.median(b / a for a, b in zip(*times, strict=True))
     return statistics.median(times[0]), statistics.median(times[1]), ratio
 
 

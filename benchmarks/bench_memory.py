@@ -1,7 +1,7 @@
 """Peak CPU memory of single forward passes: ViT-B/16 against its token count (issue 4)
 and SegFormer-B0 slide inference against one window (issue 3).
 
-    OMP_NUM_THREADS=1 python tools/analysis/bench_memory.py [--vit-sizes 1024 2048]
+    OMP_NUM_THREADS=1 python benchmarks/bench_memory.py [--vit-sizes 1024 2048]
         [--seg-shape 512 2048] [--only control vit seg] [--glibc-default-malloc] [--json FILE]
 
 Each measurement runs in a fresh process: build the model (random weights), one
@@ -48,7 +48,7 @@ import torch
 
 from densevit.utils.memory import peak_rss_growth
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SEG_CONFIG = REPO / 'configs/segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py'
 SLIDE_CFG = dict(mode='slide', crop_size=(512, 512), stride=(341, 341))
 CONTROL_MIB = 400
@@ -135,7 +135,7 @@ def report(args):
                   f'{r["growth_mib"]:.1f} MiB ({r["seconds"]:.1f} s); one 12 x N x N '
                   f'float32 attention matrix would be {r["attn_matrix_mib"]:.1f} MiB')
         by_size = sorted(vit, key=lambda r: r['size'])
-        for a, b in zip(by_size, by_size[1:]):
+        for a, b in zip(by_size, by_size[1:], strict=False):  # consecutive pairs
             tokens = b['tokens'] / a['tokens']
             per_token = (b['growth_mib'] - a['growth_mib']) * 1024 / (b['tokens'] - a['tokens'])
             print(f'ViT-B/16 {a["size"]}² -> {b["size"]}²: peak growth '

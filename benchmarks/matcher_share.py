@@ -1,6 +1,6 @@
 """Share of a DETR training step spent in Hungarian matching.
 
-    python tools/analysis/matcher_share.py configs/detr_vit.py --size 512 512 --batch 2
+    python benchmarks/matcher_share.py configs/detr_vit.py --size 512 512 --batch 2
 
 Times full training steps (forward, loss, backward, optimizer) on random images with
 ``--boxes`` random ground-truth boxes each, and the matcher calls inside them (one
