@@ -13,13 +13,10 @@ or to the background. A box is the extent of the *visible* mask; the same
 masks give a per-pixel class map (``render_image(...)['class_map']``) for
 segmentation.
 """
-import contextlib
 import json
 import logging
 import os
 import os.path as osp
-import shutil
-import tempfile
 import zlib
 
 import cv2
@@ -27,6 +24,7 @@ import numpy as np
 from mmengine.logging import print_log
 
 from densevit.datasets.coco import CocoDataset
+from densevit.datasets.generated import generate_once
 from densevit.registry import DATASETS
 
 CATEGORIES = [dict(id=1, name='circle'), dict(id=2, name='rectangle'), dict(id=3, name='triangle')]
@@ -193,53 +191,6 @@ def generate_shapes(out_dir, split, num_images, img_size=(128, 128), seed=0, max
     return ann_file
 
 
-@contextlib.contextmanager
-def _exclusive(lock_path):
-    """Hold an exclusive lock on ``lock_path``; other processes block until it is released.
-
-    flock is released by the OS if the holder dies, so a crashed rank never
-    leaves a stale lock. Without fcntl (Windows) this does not lock; the
-    rename-into-place below still keeps a half-written split invisible.
-    """
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    with open(lock_path, 'a') as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def check_generated_with(record_file, generate, data_dir):
-    """Fail if ``data_dir`` was generated with other arguments than ``generate``.
-
-    ``record_file`` (JSON) is written beside the data when it is generated; a
-    config whose ``generate`` arguments changed would otherwise silently train on
-    the old images. Data generated before records existed is accepted as is.
-    """
-    if not osp.isfile(record_file):
-        return
-    with open(record_file) as f:
-        recorded = json.load(f)
-    wanted = json.loads(json.dumps(generate))  # tuples -> lists, as stored
-    if recorded != wanted:
-        changed = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
-        raise ValueError(
-            f'{data_dir} was generated with other shapes arguments than the config asks '
-            f'(differing: {", ".join(f"{k}: {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in changed)}); '
-            f'delete {data_dir} (and {record_file}) to generate it again, or point data_root elsewhere')
-
-
-def record_generated_with(record_file, generate):
-    """Write ``generate`` to ``record_file`` (read back by :func:`check_generated_with`)."""
-    with open(record_file, 'w') as f:
-        json.dump(generate, f, sort_keys=True)
-
-
 def ensure_shapes_split(ann_file, img_dir=None, **generate):
     """Generate the split behind ``ann_file`` (``<root>/annotations/instances_<split>.json``) once.
 
@@ -259,21 +210,13 @@ def ensure_shapes_split(ann_file, img_dir=None, **generate):
         raise ValueError(f'shapes split {split!r} writes its images to {osp.join(root, split)}, '
                          f'but data_prefix points at {img_dir}')
     os.makedirs(ann_dir, exist_ok=True)
-    record = osp.join(ann_dir, f'.{name}.generate')
-    with _exclusive(osp.join(ann_dir, f'.{name}.lock')):
-        if osp.isfile(ann_file):  # generated earlier, or by another process while we waited
-            check_generated_with(record, generate, ann_file)
-            return
-        tmp = tempfile.mkdtemp(prefix=f'.{split}-', dir=root)
-        try:
-            generate_shapes(tmp, split, **generate)
-            if osp.isdir(osp.join(root, split)):
-                shutil.rmtree(osp.join(root, split))  # left by a run killed mid-way
-            os.replace(osp.join(tmp, split), osp.join(root, split))
-            record_generated_with(record, generate)
-            os.replace(osp.join(tmp, 'annotations', name), ann_file)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    generated = generate_once(
+        root, split, lambda tmp: generate_shapes(tmp, split, **generate),
+        places=[(split, osp.join(root, split)), (osp.join('annotations', name), ann_file)],
+        generate=generate, record_file=osp.join(ann_dir, f'.{name}.generate'),
+        lock_file=osp.join(ann_dir, f'.{name}.lock'))
+    if not generated:  # generated earlier, or by another process while we waited
+        return
     print_log(f'generated shapes split {split!r}: {ann_file}', logger='current', level=logging.INFO)
 
 

@@ -12,17 +12,15 @@ included. Same ``seed`` and arguments -> byte-identical files.
 import logging
 import os
 import os.path as osp
-import shutil
-import tempfile
 import zlib
 
 import cv2
 import numpy as np
 from mmengine.logging import print_log
 
+from densevit.datasets.generated import generate_once
 from densevit.datasets.seg_folder import SegFolderDataset
-from densevit.datasets.shapes import (MIN_VISIBLE, _exclusive, check_generated_with,
-                                      record_generated_with, render_image)
+from densevit.datasets.shapes import MIN_VISIBLE, render_image
 from densevit.registry import DATASETS
 
 CLASSES = ('background', 'circle', 'rectangle', 'triangle')
@@ -63,21 +61,13 @@ def ensure_shapes_seg_split(root, split, **generate):
     img_dir, seg_dir = osp.join(root, 'images', split), osp.join(root, 'annotations', split)
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
     os.makedirs(osp.join(root, 'images'), exist_ok=True)
-    record = osp.join(root, 'annotations', f'.{split}.generate')
-    with _exclusive(osp.join(root, 'annotations', f'.{split}.lock')):
-        if osp.isdir(seg_dir):  # generated earlier, or by another process while we waited
-            check_generated_with(record, generate, seg_dir)
-            return
-        tmp = tempfile.mkdtemp(prefix=f'.{split}-', dir=root)
-        try:
-            generate_shapes_seg(tmp, split, **generate)
-            if osp.isdir(img_dir):
-                shutil.rmtree(img_dir)  # left by a run killed mid-way
-            os.replace(osp.join(tmp, 'images', split), img_dir)
-            record_generated_with(record, generate)
-            os.replace(osp.join(tmp, 'annotations', split), seg_dir)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    generated = generate_once(
+        root, split, lambda tmp: generate_shapes_seg(tmp, split, **generate),
+        places=[(osp.join('images', split), img_dir), (osp.join('annotations', split), seg_dir)],
+        generate=generate, record_file=osp.join(root, 'annotations', f'.{split}.generate'),
+        lock_file=osp.join(root, 'annotations', f'.{split}.lock'))
+    if not generated:  # generated earlier, or by another process while we waited
+        return
     print_log(f'generated shapes segmentation split {split!r}: {seg_dir}', logger='current',
               level=logging.INFO)
 

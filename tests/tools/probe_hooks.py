@@ -1,7 +1,8 @@
 """Test hooks that record what a run did, for assertions afterwards.
 
 Imported by test configs through ``custom_imports = dict(imports=['probe_hooks'])``
-(tests/tools is on sys.path in-process, and on PYTHONPATH for torchrun workers).
+(tests/tools is on the import path through pytest.ini in-process, and on PYTHONPATH
+for torchrun workers).
 """
 import os.path as osp
 

@@ -1,5 +1,5 @@
-"""tools/demo.py and tools/analysis/{get_flops,benchmark,browse_dataset,print_config,
-dist_scaling}.py, in-process on the tiny detector and segmentor."""
+"""tools/demo.py, tools/analysis/{get_flops,benchmark,browse_dataset,print_config}.py and
+benchmarks/dist_scaling.py, in-process on the tiny detector and segmentor."""
 import json
 from pathlib import Path
 
@@ -7,10 +7,9 @@ import cv2
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from tiny_checkpoints import trained_checkpoint
 from tiny_run import load_tool
+from torch import nn
 
 
 @pytest.fixture(scope='module')
@@ -111,7 +110,7 @@ def test_print_config_merges_options(det, capsys, tmp_path):
 
 
 def test_dist_scaling_summary_from_logs(tmp_path):
-    tool = load_tool('tools/analysis/dist_scaling.py')
+    tool = load_tool('benchmarks/dist_scaling.py')
     log = tmp_path / '20260101_000000' / 'vis_data' / 'scalars.json'
     log.parent.mkdir(parents=True)
     log.write_text('\n'.join(json.dumps(dict(step=i, loss=1.0, time=t, data_time=d))

@@ -1,8 +1,8 @@
 """Helpers for tests that run tools/train.py and tools/test.py in-process on tiny_detr_shapes.
 
-tests/tools/conftest.py and tests/engine/conftest.py put this folder on sys.path
-and re-export :func:`isolated_run_state`, so both share it without tests/ being a
-package.
+pytest.ini puts this folder on the import path (``pythonpath = tests/tools``);
+tests/tools, tests/engine and tests/apis conftests re-export :func:`isolated_run_state`,
+so they share it without tests/ being a package.
 """
 import contextlib
 import importlib.util

@@ -5,18 +5,15 @@
 Writes ``attention_distance.png`` (heads against depth) and
 ``attention_distance.json`` (``distance[layer][head]`` in pixels, averaged over
 images and query patches; class token excluded, see
-``densevit.visualization.attention_distance``).
+``densevit.analysis.attention_distance``).
 """
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(__file__))
-from _vit_common import Timer, base_parser, captured_batches, setup, write_json  # noqa: E402
+import torch
 
-import torch  # noqa: E402
-
-from densevit.visualization.analysis_plots import plot_attention_distance  # noqa: E402
-from densevit.visualization.attention_distance import mean_attention_distance  # noqa: E402
+from densevit.analysis.attention_distance import mean_attention_distance
+from densevit.analysis.cli import Timer, base_parser, captured_batches, setup, write_json
+from densevit.analysis.plots import plot_attention_distance
 
 
 def main():

@@ -8,17 +8,13 @@ overlaid on the image) and ``attention_rollout.json`` (the [h, w] map of
 every image, rows summing to 1 over all tokens).
 """
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(__file__))
-from _vit_common import Timer, base_parser, captured_batches, setup, write_json  # noqa: E402
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from densevit.visualization.analysis_inputs import bgr_to_rgb  # noqa: E402
-from densevit.visualization.analysis_plots import overlay_maps  # noqa: E402
-from densevit.visualization.attention_rollout import attention_rollout, rollout_map  # noqa: E402
+from densevit.analysis.attention_rollout import attention_rollout, rollout_map
+from densevit.analysis.cli import Timer, base_parser, captured_batches, setup, write_json
+from densevit.analysis.inputs import bgr_to_rgb
+from densevit.analysis.plots import overlay_maps
 
 
 def upsample(maps, size):
@@ -39,7 +35,7 @@ def main():
         for batch, _, attns, hw in captured_batches(model, vit, args):
             m = rollout_map(attention_rollout(attns), hw, vit.num_extra_tokens)  # [B, h, w]
             maps += m.tolist()
-            for img, mi in zip(batch, m):
+            for img, mi in zip(batch, m, strict=True):
                 if n < args.show:
                     png = osp.join(args.out_dir, f'attention_rollout_{n}.png')
                     source = 'class token' if vit.num_extra_tokens else 'mean over patches'

@@ -8,20 +8,16 @@ upsampled to the image, with its box. Writes ``detr_attention_<i>.png`` per
 image and ``detr_attention.json`` (per image: boxes, scores, labels, [h, w] maps).
 """
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(__file__))
-from _vit_common import Timer, base_parser, setup, write_json  # noqa: E402
+import mmcv
+import torch.nn.functional as F
 
-import mmcv  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from densevit.apis import inference  # noqa: E402
-from densevit.visualization.analysis_inputs import bgr_to_rgb, list_images  # noqa: E402
-from densevit.visualization.analysis_plots import overlay_maps  # noqa: E402
-from densevit.visualization.attention_capture import capture_attention  # noqa: E402
-from densevit.visualization.attention_rollout import decoder_query_maps  # noqa: E402
+from densevit.analysis.attention_capture import capture_attention
+from densevit.analysis.attention_rollout import decoder_query_maps
+from densevit.analysis.cli import Timer, base_parser, setup, write_json
+from densevit.analysis.inputs import bgr_to_rgb, list_images
+from densevit.analysis.plots import overlay_maps
+from densevit.apis import inference
 
 
 def image_maps(maps, meta):
@@ -59,7 +55,7 @@ def main():
             hw = (-(-H // stride), -(-W // stride))
             maps = decoder_query_maps(rec.cross_attn[-1][0], hw, keep)  # last layer, image 0
             labels = [classes[i] if classes else str(i) for i in pred.labels[keep].tolist()]
-            titles = [f'{lb} {s:.2f}' for lb, s in zip(labels, pred.scores[keep].tolist())]
+            titles = [f'{lb} {s:.2f}' for lb, s in zip(labels, pred.scores[keep].tolist(), strict=True)]
             png = osp.join(args.out_dir, f'detr_attention_{n}.png')
             overlay_maps(bgr_to_rgb(mmcv.imread(path)), image_maps(maps, meta), png,
                          boxes=pred.bboxes[keep].tolist(), titles=titles)

@@ -7,13 +7,10 @@ in the model's input order: RGB for configs with ``bgr_to_rgb=True``) and
 ``patch_filters.json`` (components and explained variance ratios).
 """
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(__file__))
-from _vit_common import base_parser, setup, write_json  # noqa: E402
-
-from densevit.visualization.analysis_plots import plot_filters  # noqa: E402
-from densevit.visualization.patch_filters import patch_embedding_pcs, to_unit_range  # noqa: E402
+from densevit.analysis.cli import base_parser, setup, write_json
+from densevit.analysis.patch_filters import patch_embedding_pcs, to_unit_range
+from densevit.analysis.plots import plot_filters
 
 
 def main():

@@ -5,16 +5,13 @@
 Writes ``pos_embed_similarity_<name>.png`` (one per table: ``stem``, ``shared``
 or ``layer<i>``) and ``pos_embed_similarity.json`` (the [h, w, h, w] grids).
 Absolute tables: cosine similarity; relative bias: the head-mean bias, per-head
-values in the JSON (see ``densevit.visualization.pos_embed_similarity``).
+values in the JSON (see ``densevit.analysis.pos_embed_similarity``).
 """
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(__file__))
-from _vit_common import base_parser, setup, write_json  # noqa: E402
-
-from densevit.visualization.analysis_plots import plot_similarity_grid  # noqa: E402
-from densevit.visualization.pos_embed_similarity import position_similarity  # noqa: E402
+from densevit.analysis.cli import base_parser, setup, write_json
+from densevit.analysis.plots import plot_similarity_grid
+from densevit.analysis.pos_embed_similarity import position_similarity
 
 
 def main():

@@ -49,7 +49,7 @@ class MultiheadAttention(nn.Module):
 
     Attributes:
         record (callable | None): set only while an analysis tool captures
-            attention (``densevit.visualization.attention_capture``); it is
+            attention (``densevit.analysis.attention_capture``); it is
             called with the weights [B, h, N, N] computed beside SDPA, whose
             output is used unchanged. None (the default) costs nothing.
     """

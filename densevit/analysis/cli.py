@@ -1,4 +1,9 @@
-"""Arguments and batching shared by the ViT analysis tools (kept out of the library: CLI only)."""
+"""Command-line plumbing shared by the ViT figure tools in ``tools/analysis/``.
+
+Argument parser, model set-up, batched forward passes with attention captured,
+JSON output and timing: what ``pos_embed_similarity.py``, ``patch_filters.py``,
+``attention_distance.py``, ``attention_rollout.py`` and ``detr_attention.py`` share.
+"""
 import argparse
 import json
 import os
@@ -6,12 +11,18 @@ import time
 
 import torch
 
-from densevit.visualization.analysis_inputs import (all_layers, default_image_size,
-                                                    load_images, load_vit_model, to_tensor)
-from densevit.visualization.attention_capture import capture_attention
+from densevit.analysis.attention_capture import capture_attention
+from densevit.analysis.inputs import (
+    all_layers,
+    default_image_size,
+    load_images,
+    load_vit_model,
+    to_tensor,
+)
 
 
 def base_parser(description, images=False, num_images=100):
+    """CONFIG, CHECKPOINT, --out-dir, --device; with ``images``, the image arguments too."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument('config')
     p.add_argument('checkpoint', help="weights ('none' keeps the random initialisation)")
@@ -28,6 +39,7 @@ def base_parser(description, images=False, num_images=100):
 
 
 def setup(args):
+    """Make ``args.out_dir``; return (model, vit backbone) (checkpoint 'none': random weights)."""
     os.makedirs(args.out_dir, exist_ok=True)
     ckpt = None if args.checkpoint.lower() == 'none' else args.checkpoint
     return load_vit_model(args.config, ckpt, args.device)
@@ -46,12 +58,15 @@ def captured_batches(model, vit, args):
 
 
 def write_json(path, data):
+    """Write ``data`` as indented JSON to ``path``; returns ``path``."""
     with open(path, 'w') as f:
         json.dump(data, f, indent=1)
     return path
 
 
 class Timer:
+    """``with Timer() as t:`` sets ``t.seconds`` (wall) and ``t.cpu_seconds`` on exit."""
+
     def __enter__(self):
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self

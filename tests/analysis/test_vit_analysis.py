@@ -5,15 +5,13 @@ import math
 import pytest
 import torch
 
+from densevit.analysis.attention_capture import capture_attention
+from densevit.analysis.attention_distance import mean_attention_distance
+from densevit.analysis.attention_rollout import attention_rollout, decoder_query_maps, rollout_map
+from densevit.analysis.patch_filters import patch_embedding_pcs, to_unit_range
+from densevit.analysis.pos_embed_similarity import cosine_similarity_grid, position_similarity
 from densevit.models.backbones.vit import VisionTransformer
 from densevit.models.layers.pos_embed_2d import sincos_2d_table
-from densevit.visualization.attention_capture import capture_attention
-from densevit.visualization.attention_distance import mean_attention_distance
-from densevit.visualization.attention_rollout import (attention_rollout, decoder_query_maps,
-                                                      rollout_map)
-from densevit.visualization.patch_filters import patch_embedding_pcs, to_unit_range
-from densevit.visualization.pos_embed_similarity import (cosine_similarity_grid,
-                                                         position_similarity)
 
 TINY = dict(embed_dims=32, num_layers=3, num_heads=4, feedforward_channels=64)
 

@@ -1,0 +1,111 @@
+"""Deformable attention core, forward + backward on CPU: densevit vs HF transformers.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_deform_attn.py [--batch 1] [--repeats 5]
+
+Shapes of Deformable DETR on COCO: 4 levels of an 800x1066 image (100x134, 50x67, 25x34,
+13x17), d 256, 8 heads, 4 points; "encoder" = every pixel a query (S = 17,821),
+"decoder" = 300 queries. Times: both implementations in one process, alternating
+(the order flips every repeat, so a change of load on the machine falls on both),
+median of ``--repeats`` after one warm-up each. Peak memory: each implementation in a
+process of its own, how far a warm-up and one step pushed the resident set above its
+level once the inputs were made (:func:`densevit.utils.memory.peak_rss_growth`, the
+high-water mark reset first). The reference is ``transformers.models.deformable_detr``'s pure-PyTorch
+``MultiScaleDeformableAttention``.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from densevit.utils.memory import peak_rss_growth
+
+SHAPES = [(100, 134), (50, 67), (25, 34), (13, 17)]
+D, M, L, P = 256, 8, 4, 4
+
+
+def _inputs(batch, queries):
+    g = torch.Generator().manual_seed(0)
+    S = sum(h * w for h, w in SHAPES)
+    value = torch.randn(batch, S, M, D // M, generator=g).requires_grad_()
+    loc = torch.rand(batch, queries, M, L, P, 2, generator=g).requires_grad_()
+    w = torch.rand(batch, queries, M, L * P, generator=g).softmax(-1)
+    w = w.view(batch, queries, M, L, P).requires_grad_()
+    return value, loc, w
+
+
+def _impl(name):
+    shapes = torch.tensor(SHAPES)
+    if name == 'densevit':
+        from densevit.models.layers.ms_deform_attn import multi_scale_deformable_attn
+        return lambda v, lo, w: multi_scale_deformable_attn(v, shapes, lo, w)
+    from transformers.models.deformable_detr.modeling_deformable_detr import (
+        MultiScaleDeformableAttention,
+    )
+    hf = MultiScaleDeformableAttention()
+    starts = torch.cat([shapes.new_zeros(1), (shapes[:, 0] * shapes[:, 1]).cumsum(0)[:-1]])
+    return lambda v, lo, w: hf(v, shapes, SHAPES, starts, lo, w, 64)
+
+
+def _queries(case):
+    return sum(h * w for h, w in SHAPES) if case == 'encoder' else 300
+
+
+def _step(fn, inputs):
+    """One forward + backward; seconds."""
+    for t in inputs:
+        t.grad = None
+    t0 = time.perf_counter()
+    fn(*inputs).sum().backward()
+    return time.perf_counter() - t0
+
+
+def child(name, case, batch):
+    """Peak memory of one implementation in a process of its own (warm-up + one step)."""
+    fn, inputs = _impl(name), _inputs(batch, _queries(case))
+    with peak_rss_growth() as mem:
+        _step(fn, inputs)
+        _step(fn, inputs)
+    print(json.dumps(dict(peak_mib=mem.growth_mb)))
+
+
+def interleaved_times(case, batch, repeats):
+    """Median seconds per implementation, both in this process and alternating
+    (densevit first on even repeats, HF first on odd ones), so a change of load
+    falls on both alike."""
+    fns, inputs = {name: _impl(name) for name in ('densevit', 'hf')}, _inputs(batch, _queries(case))
+    for fn in fns.values():
+        _step(fn, inputs)  # warm-up
+    times = {name: [] for name in fns}
+    for i in range(repeats):
+        for name in (list(fns) if i % 2 == 0 else list(fns)[::-1]):
+            times[name].append(_step(fns[name], inputs))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--batch', type=int, default=1)
+    p.add_argument('--repeats', type=int, default=5)
+    p.add_argument('--child', nargs=2, metavar=('IMPL', 'CASE'), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return child(*args.child, args.batch)
+    print(f'torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}')
+    print(f'{"case":8} {"impl":9} {"fwd+bwd s":>10} {"peak MiB":>9}')
+    for case in ('encoder', 'decoder'):
+        times = interleaved_times(case, args.batch, args.repeats)
+        peaks = {}
+        for name in times:
+            out = subprocess.run([sys.executable, __file__, '--batch', str(args.batch),
+                                  '--child', name, case], capture_output=True, text=True, check=True)
+            peaks[name] = json.loads(out.stdout.strip().splitlines()[-1])['peak_mib']
+            print(f'{case:8} {name:9} {times[name]:10.3f} {peaks[name]:9.1f}')
+        print(f'{case:8} ratio hf/densevit: time {times["hf"] / times["densevit"]:.2f}x, '
+              f'peak memory {peaks["hf"] / max(peaks["densevit"], 1e-9):.2f}x')
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,35 @@
+"""Keep an old script path working for one release after the script moved.
+
+A forwarder left at the old path is three lines::
+
+    from densevit.utils.moved import forward
+
+    if __name__ == '__main__':
+        forward(__file__, 'benchmarks/matcher_share.py')
+"""
+import runpy
+import sys
+from pathlib import Path
+
+
+def forward(old_file, new_path):
+    """Say on stderr that ``old_file`` moved, then run ``new_path`` as ``__main__``.
+
+    Args:
+        old_file (str): the forwarder's ``__file__``.
+        new_path (str): the new script, relative to the repository root (the
+            nearest folder above ``old_file`` that holds it).
+
+    The new script sees the same command-line arguments (``sys.argv[0]`` is its
+    own path) and its ``SystemExit`` (exit status) passes through unchanged.
+    """
+    old = Path(old_file).resolve()
+    root = next((p for p in old.parents if (p / new_path).is_file()), None)
+    if root is None:
+        raise FileNotFoundError(f'{old.name} has moved to {new_path}, which is not found '
+                                f'in any folder above {old.parent}')
+    print(f'{old.relative_to(root).as_posix()} has moved to {new_path}; '
+          'this path forwards until the next release', file=sys.stderr)
+    target = str(root / new_path)
+    sys.argv[0] = target
+    runpy.run_path(target, run_name='__main__')
