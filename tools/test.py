@@ -9,9 +9,9 @@ from mmengine.evaluator import DumpResults
 from mmengine.runner import Runner
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
+from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.launch import setup_launcher
 from densevit.engine.preflight import missing_inputs
-from densevit.utils.safe_load import use_safe_checkpoint_loader
 
 
 def parse_args(argv=None):

@@ -26,10 +26,10 @@ import time
 
 import torch
 
+from densevit.checkpoint.swin import convert_swin
+from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.swin import SwinTransformer
-from densevit.models.backbones.swin_convert import convert_swin
 from densevit.models.backbones.vit import VisionTransformer
-from densevit.models.backbones.vit_convert import convert_vit
 
 
 def timed(fn_a, fn_b, x, repeats):
@@ -52,7 +52,7 @@ def timed(fn_a, fn_b, x, repeats):
                 t = time.perf_counter()
                 (fn_a, fn_b)[i](x)
                 times[i].append(time.perf_counter() - t)
-    ratio = statistics.median(b / a for a, b in zip(*times))
+    ratio = statistics.median(b / a for a, b in zip(*times, strict=True))
     return statistics.median(times[0]), statistics.median(times[1]), ratio
 
 

@@ -12,11 +12,10 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from densevit.checkpoint.load import loads_pretrained
+from densevit.checkpoint.resnet import convert_resnet
 from densevit.models.layers import frozen_bn  # noqa: F401  registers norm type 'FrozenBN'
 from densevit.registry import MODELS
-
-from .pretrained import loads_pretrained
-from .resnet_convert import convert_resnet
 
 
 def _norm(norm_cfg, channels):

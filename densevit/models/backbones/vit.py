@@ -10,15 +10,16 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from densevit.checkpoint.load import loads_pretrained
+from densevit.checkpoint.vit import convert_vit
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
-from densevit.models.layers.pos_embed_builder import (build_position_embedding,
-                                                      parse_position_embedding_cfg)
+from densevit.models.layers.pos_embed_builder import (
+    build_position_embedding,
+    parse_position_embedding_cfg,
+)
 from densevit.models.layers.vit_block import TransformerEncoderLayer
 from densevit.registry import MODELS
-
-from .pretrained import loads_pretrained
-from .vit_convert import convert_vit
 
 # ViT paper, Table 1 (Ti and S from DeiT): width D, depth, heads, MLP size.
 ARCH_SETTINGS = {
