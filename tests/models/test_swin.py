@@ -186,6 +186,12 @@ def test_frozen_stages_and_checkpointing():
     assert any(n.startswith('patch_embed.') for n in frozen) and 'norm0.weight' in frozen
     assert any(n.startswith('layers.0.downsample.') for n in frozen)
     assert not any(n.startswith(('layers.1.', 'norm1.')) for n in frozen)
+    for m in (model.patch_embed, model.layers[0], model.norm0):  # frozen: eval mode
+        assert not any(sub.training for sub in m.modules())
+    assert model.layers[1].training and model.norm1.training
+    model.eval().train()  # train() freezes again
+    assert not model.layers[0].training and model.layers[1].training
+    assert not model.layers[0].blocks[0].attn.qkv.weight.requires_grad
 
     torch.manual_seed(0)
     plain, ckpt = _tiny().train(), _tiny(with_cp=True).train()

@@ -14,6 +14,8 @@ from densevit.models.layers.pos_embed_builder import (
 from densevit.models.layers.swin_block import SwinStage
 from densevit.registry import MODELS
 
+from .freeze import freeze
+
 # Swin paper, Sec. 3.3: C, blocks per stage, heads per stage (head width 32).
 ARCH_SETTINGS = {
     'T': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
@@ -155,10 +157,7 @@ class SwinTransformer(BaseModule):
         return mods
 
     def _freeze_stages(self):
-        for m in self._frozen_modules():
-            m.eval()  # no dropout / drop path in frozen stages
-            for p in m.parameters():
-                p.requires_grad = False
+        freeze(self._frozen_modules())
 
     def train(self, mode=True):
         super().train(mode)

@@ -21,6 +21,8 @@ from densevit.models.layers.pos_embed_builder import (
 from densevit.models.layers.vit_block import TransformerEncoderLayer
 from densevit.registry import MODELS
 
+from .freeze import freeze
+
 # ViT paper, Table 1 (Ti and S from DeiT): width D, depth, heads, MLP size.
 ARCH_SETTINGS = {
     'Ti': dict(embed_dims=192, num_layers=12, num_heads=3, feedforward_channels=768),
@@ -194,12 +196,8 @@ class VisionTransformer(BaseModule):
         return mods
 
     def _freeze_stages(self):
-        if self.frozen_stages >= 0 and self.cls_token is not None:
-            self.cls_token.requires_grad = False
-        for m in self._frozen_modules():
-            m.eval()  # no dropout / drop path in frozen layers
-            for p in m.parameters():
-                p.requires_grad = False
+        frozen_token = self.frozen_stages >= 0 and self.cls_token is not None
+        freeze(self._frozen_modules(), [self.cls_token] if frozen_token else [])
 
     def train(self, mode=True):
         super().train(mode)
