@@ -26,10 +26,10 @@ import time
 
 import torch
 
+from densevit.checkpoint.swin import convert_swin
+from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.swin import SwinTransformer
-from densevit.models.backbones.swin_convert import convert_swin
 from densevit.models.backbones.vit import VisionTransformer
-from densevit.models.backbones.vit_convert import convert_vit
 
 
 def timed(fn_a, fn_b, x, repeats):

@@ -13,11 +13,11 @@ import sys
 from mmengine.config import Config, DictAction
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
+from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
 from densevit.engine.launch import setup_launcher
 from densevit.engine.runner import Runner
 from densevit.engine.preflight import missing_inputs
-from densevit.utils.safe_load import use_safe_checkpoint_loader
 
 
 def parse_args(argv=None):

@@ -15,9 +15,9 @@ from mmengine.dataset import Compose, pseudo_collate
 from mmengine.registry import DefaultScope, init_default_scope
 
 import densevit  # noqa: F401  (checkpoint allow-list, safe loader)
+from densevit.checkpoint.safe_load import load_checkpoint_safely
 from densevit.engine.sync_bn import revert_sync_bn_if_single
 from densevit.registry import DATASETS, MODELS
-from densevit.utils.safe_load import load_checkpoint_safely
 
 _LOADERS = ('LoadImage', 'LoadImageFromFile', 'mmcv.LoadImageFromFile')
 

@@ -5,9 +5,8 @@ import pytest
 import torch
 from torch import nn
 
+from densevit.checkpoint.mit import convert_mit, convert_segformer, detect_mit_layout
 from densevit.models.backbones.mit import ARCH_SETTINGS, MixVisionTransformer
-from densevit.models.backbones.mit_convert import (convert_mit, convert_segformer,
-                                                   detect_mit_layout)
 from densevit.models.heads.segformer_head import SegformerHead
 from densevit.registry import MODELS
 
@@ -70,7 +69,7 @@ def test_with_cp_same_gradients():
     x = torch.randn(1, 3, 32, 32)
     for model in (plain, ckpt):
         sum(o.square().mean() for o in model(x)).backward()
-    for (name, p), q in zip(plain.named_parameters(), ckpt.parameters()):
+    for (name, p), q in zip(plain.named_parameters(), ckpt.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, msg=name)
 
 
@@ -126,7 +125,7 @@ def test_load_state_dict_converts_official_keys():
     dst = MixVisionTransformer(**TINY)
     dst.load_state_dict(_to_official(src.state_dict()), strict=True)
     assert all(torch.equal(a, b) for a, b in zip(src.state_dict().values(),
-                                                  dst.state_dict().values()))
+                                                  dst.state_dict().values(), strict=True))
 
 
 def test_pretrained_init_cfg_loads_official_file(tmp_path):
@@ -194,7 +193,7 @@ def test_hf_encoder_outputs_equal():
         ref = hf(pixel_values=x, output_hidden_states=True).hidden_states
         out = ours(x)
     assert len(ref) == len(out) == 4
-    for r, o in zip(ref, out):
+    for r, o in zip(ref, out, strict=True):
         assert r.shape == o.shape  # HF hidden_states are the per-stage NCHW maps
         assert (r - o).abs().max() <= 1e-4
 

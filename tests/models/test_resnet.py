@@ -9,9 +9,12 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from torch import nn
 
+from densevit.checkpoint.resnet import (
+    convert_hf_resnet,
+    convert_resnet,
+    resnet_kwargs_from_hf_config,
+)
 from densevit.models.backbones.resnet import ResNet
-from densevit.models.backbones.resnet_convert import (convert_hf_resnet, convert_resnet,
-                                                      resnet_kwargs_from_hf_config)
 from densevit.models.layers.frozen_bn import FrozenBatchNorm2d
 from densevit.registry import MODELS
 
@@ -68,7 +71,7 @@ def test_equals_hf_resnet(layer_type, hidden):
         ref = hf(x, output_hidden_states=True).hidden_states[1:]  # after each stage
         out = ours(x)
     assert ours.out_channels == hidden and ours.out_strides == [4, 8, 16, 32]
-    for a, b in zip(out, ref):
+    for a, b in zip(out, ref, strict=True):
         assert a.shape == b.shape
         assert (a - b).abs().max() < 1e-4
     with pytest.raises(KeyError, match='no mapping'):

@@ -6,12 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from densevit.models.backbones.pretrained import read_checkpoint
+from densevit.checkpoint.load import read_checkpoint
+from densevit.checkpoint.swin import convert_swin
 from densevit.models.backbones.swin import ARCH_SETTINGS, SwinTransformer
-from densevit.models.backbones.swin_convert import convert_swin
 from densevit.models.layers.swin_block import PatchMerging, SwinBlock
-from densevit.models.layers.window_attention import (MASK_VALUE, shifted_window_mask,
-                                                      window_partition, window_token_order)
+from densevit.models.layers.window_attention import (
+    MASK_VALUE,
+    shifted_window_mask,
+    window_partition,
+    window_token_order,
+)
 from densevit.registry import MODELS
 
 TINY = dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2))
@@ -40,7 +44,7 @@ def _tiny(**kwargs):
 def classifier_params(C, depths, heads, M=7, patch=4, in_channels=3, num_classes=1000):
     """Parameters of the official Swin classifier, from the architecture alone."""
     n = in_channels * patch * patch * C + C + 2 * C  # patch conv + its LayerNorm
-    for i, (depth, h) in enumerate(zip(depths, heads)):
+    for i, (depth, h) in enumerate(zip(depths, heads, strict=True)):
         d = C * 2 ** i
         block = 12 * d * d + 13 * d + (2 * M - 1) ** 2 * h  # 2 LN, qkv, proj, MLP 4d, bias table
         n += depth * block
@@ -182,6 +186,12 @@ def test_frozen_stages_and_checkpointing():
     assert any(n.startswith('patch_embed.') for n in frozen) and 'norm0.weight' in frozen
     assert any(n.startswith('layers.0.downsample.') for n in frozen)
     assert not any(n.startswith(('layers.1.', 'norm1.')) for n in frozen)
+    for m in (model.patch_embed, model.layers[0], model.norm0):  # frozen: eval mode
+        assert not any(sub.training for sub in m.modules())
+    assert model.layers[1].training and model.norm1.training
+    model.eval().train()  # train() freezes again
+    assert not model.layers[0].training and model.layers[1].training
+    assert not model.layers[0].blocks[0].attn.qkv.weight.requires_grad
 
     torch.manual_seed(0)
     plain, ckpt = _tiny().train(), _tiny(with_cp=True).train()
@@ -218,7 +228,7 @@ def test_hf_swin_backbone_outputs_match(hf_swin_backbone, source):
         with torch.no_grad():
             ref, out = hf(x).feature_maps, ours(x)
         assert len(out) == len(ref) == 2
-        for o, r in zip(out, ref):
+        for o, r in zip(out, ref, strict=True):
             torch.testing.assert_close(o, r, atol=1e-4, rtol=0)
 
 

@@ -1,4 +1,5 @@
-"""tools/convert/{vit,swin,detr,mit}.py: read safely, convert, save a plain state dict."""
+"""tools/convert/{vit,swin,detr,mit}.py (densevit.checkpoint.cli): read safely, convert, save a
+plain state dict."""
 import importlib.util
 import re
 import subprocess
@@ -16,9 +17,7 @@ TOOLS = Path(__file__).resolve().parents[2] / 'tools' / 'convert'
 
 
 def _tool(name):
-    """Import tools/convert/<name>.py as a module (its sibling _common.py importable)."""
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
+    """Import tools/convert/<name>.py as a module (it imports densevit.checkpoint.cli)."""
     spec = importlib.util.spec_from_file_location(f'convert_tool_{name}', TOOLS / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

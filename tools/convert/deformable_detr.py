@@ -9,9 +9,8 @@ load the result in a DeformableDETR config with the same ``with_box_refine``,
 """
 import sys
 
-from _common import run
-
-from densevit.models.detectors.deformable_detr_convert import convert_deformable_detr
+from densevit.checkpoint.cli import run
+from densevit.checkpoint.deformable_detr import convert_deformable_detr
 
 
 def main(argv=None):

@@ -7,9 +7,8 @@ the checkpoint's classifier (official COCO files: 91 + no-object).
 """
 import sys
 
-from _common import run
-
-from densevit.models.detectors.detr_convert import convert_detr
+from densevit.checkpoint.cli import run
+from densevit.checkpoint.detr import convert_detr
 
 
 def main(argv=None):

@@ -8,9 +8,8 @@ A file with a decode head becomes a whole ``EncoderDecoder`` state dict
 """
 import sys
 
-from _common import run
-
-from densevit.models.backbones.mit_convert import convert_mit, convert_segformer
+from densevit.checkpoint.cli import run
+from densevit.checkpoint.mit import convert_mit, convert_segformer
 
 
 def convert(state_dict, strict=True):

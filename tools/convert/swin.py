@@ -4,9 +4,8 @@
 """
 import sys
 
-from _common import run
-
-from densevit.models.backbones.swin_convert import convert_swin
+from densevit.checkpoint.cli import run
+from densevit.checkpoint.swin import convert_swin
 
 
 def main(argv=None):

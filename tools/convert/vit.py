@@ -4,9 +4,8 @@
 """
 import sys
 
-from _common import run
-
-from densevit.models.backbones.vit_convert import convert_vit
+from densevit.checkpoint.cli import run
+from densevit.checkpoint.vit import convert_vit
 
 
 def main(argv=None):

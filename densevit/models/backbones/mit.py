@@ -6,10 +6,10 @@ No position embedding: the 3x3 depthwise conv inside Mix-FFN leaks enough
 location information, so the encoder runs at any input size unchanged.
 
 Parameter names follow the official code under a regular ``stages.{i}``
-tree; ``mit_convert.py`` maps official and Hugging Face checkpoints. Both a
-Pretrained ``init_cfg`` (e.g. ``checkpoint='mit_b0.pth'``, read safely and
-reported by ``pretrained.load_pretrained``) and ``load_state_dict`` convert
-such a checkpoint automatically.
+tree; ``densevit/checkpoint/mit.py`` maps official and Hugging Face
+checkpoints. Both a Pretrained ``init_cfg`` (e.g. ``checkpoint='mit_b0.pth'``,
+read safely and reported by ``densevit.checkpoint.load.load_pretrained``) and
+``load_state_dict`` convert such a checkpoint automatically.
 """
 import math
 from collections.abc import Sequence
@@ -21,10 +21,9 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from densevit.checkpoint.load import loads_pretrained
+from densevit.checkpoint.mit import convert_mit, detect_mit_layout
 from densevit.registry import MODELS
-
-from .mit_convert import convert_mit, detect_mit_layout
-from .pretrained import loads_pretrained
 
 # Paper Table 6 (and the official code): stage widths and depths per size.
 # Heads (1, 2, 5, 8), sr ratios (8, 4, 2, 1) and MLP ratio 4 are shared.
@@ -283,7 +282,7 @@ class MixVisionTransformer(BaseModule):
         """Official init: Linear ~ trunc N(0, .02), LayerNorm identity, conv
         ~ N(0, sqrt(2 / fan_out)) (He init over the output fan, per group);
         zero biases. Then a Pretrained ``init_cfg`` (official / HF / densevit
-        layout) is converted and loaded by ``pretrained.load_pretrained``."""
+        layout) is converted and loaded by ``densevit.checkpoint.load.load_pretrained``."""
         if not self._is_init:
             for m in self.modules():
                 if isinstance(m, nn.Linear):

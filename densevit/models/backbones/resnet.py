@@ -12,11 +12,12 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from densevit.checkpoint.load import loads_pretrained
+from densevit.checkpoint.resnet import convert_resnet
 from densevit.models.layers import frozen_bn  # noqa: F401  registers norm type 'FrozenBN'
 from densevit.registry import MODELS
 
-from .pretrained import loads_pretrained
-from .resnet_convert import convert_resnet
+from .freeze import freeze
 
 
 def _norm(norm_cfg, channels):
@@ -181,15 +182,15 @@ class ResNet(BaseModule):
                    for _ in range(1, num_blocks)]
         return nn.Sequential(*layers)
 
-    def _freeze_stages(self):
+    def _frozen_modules(self):
+        """The stem (``conv1``, ``bn1``) and ``layer1`` .. ``layer{frozen_stages}``."""
         if self.frozen_stages < 0:
-            return
-        mods = [self.conv1, self.bn1] + [getattr(self, f'layer{i}')
+            return []
+        return [self.conv1, self.bn1] + [getattr(self, f'layer{i}')
                                          for i in range(1, self.frozen_stages + 1)]
-        for m in mods:
-            m.eval()
-            for p in m.parameters():
-                p.requires_grad = False
+
+    def _freeze_stages(self):
+        freeze(self._frozen_modules())
 
     def train(self, mode=True):
         super().train(mode)

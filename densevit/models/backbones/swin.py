@@ -4,14 +4,17 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 from torch import nn
 
+from densevit.checkpoint.load import loads_pretrained
+from densevit.checkpoint.swin import convert_swin
 from densevit.models.layers.patch_embed import PatchEmbed
-from densevit.models.layers.pos_embed_builder import (build_position_embedding,
-                                                      parse_position_embedding_cfg)
+from densevit.models.layers.pos_embed_builder import (
+    build_position_embedding,
+    parse_position_embedding_cfg,
+)
 from densevit.models.layers.swin_block import SwinStage
 from densevit.registry import MODELS
 
-from .pretrained import loads_pretrained
-from .swin_convert import convert_swin
+from .freeze import freeze
 
 # Swin paper, Sec. 3.3: C, blocks per stage, heads per stage (head width 32).
 ARCH_SETTINGS = {
@@ -154,10 +157,7 @@ class SwinTransformer(BaseModule):
         return mods
 
     def _freeze_stages(self):
-        for m in self._frozen_modules():
-            m.eval()  # no dropout / drop path in frozen stages
-            for p in m.parameters():
-                p.requires_grad = False
+        freeze(self._frozen_modules())
 
     def train(self, mode=True):
         super().train(mode)
@@ -168,7 +168,7 @@ class SwinTransformer(BaseModule):
     def init_weights(self):
         """Swin init: truncated normal (std .02) for Linear weights and bias tables,
         zero biases, LayerNorm to identity; then ``init_cfg`` (Pretrained: converted
-        and loaded by :func:`~.pretrained.load_pretrained`)."""
+        and loaded by :func:`densevit.checkpoint.load.load_pretrained`)."""
         if not self._is_init:
             for m in self.modules():
                 if isinstance(m, nn.Linear):

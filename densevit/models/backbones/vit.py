@@ -10,15 +10,18 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from densevit.checkpoint.load import loads_pretrained
+from densevit.checkpoint.vit import convert_vit
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
-from densevit.models.layers.pos_embed_builder import (build_position_embedding,
-                                                      parse_position_embedding_cfg)
+from densevit.models.layers.pos_embed_builder import (
+    build_position_embedding,
+    parse_position_embedding_cfg,
+)
 from densevit.models.layers.vit_block import TransformerEncoderLayer
 from densevit.registry import MODELS
 
-from .pretrained import loads_pretrained
-from .vit_convert import convert_vit
+from .freeze import freeze
 
 # ViT paper, Table 1 (Ti and S from DeiT): width D, depth, heads, MLP size.
 ARCH_SETTINGS = {
@@ -193,12 +196,8 @@ class VisionTransformer(BaseModule):
         return mods
 
     def _freeze_stages(self):
-        if self.frozen_stages >= 0 and self.cls_token is not None:
-            self.cls_token.requires_grad = False
-        for m in self._frozen_modules():
-            m.eval()  # no dropout / drop path in frozen layers
-            for p in m.parameters():
-                p.requires_grad = False
+        frozen_token = self.frozen_stages >= 0 and self.cls_token is not None
+        freeze(self._frozen_modules(), [self.cls_token] if frozen_token else [])
 
     def train(self, mode=True):
         super().train(mode)

@@ -7,7 +7,7 @@ fine-tuning at higher resolution (Sec. 3.2).
 
 The other members of the position-embedding family live beside it:
 ``pos_embed_2d.py`` (learned x/y halves, fixed sine-cosine), ``relative_position.py``
-(relative bias on attention logits); ``position_embedding.py`` builds any of them.
+(relative bias on attention logits); ``pos_embed_builder.py`` builds any of them.
 All absolute members share one interface: ``table(hw) -> [1, E + h*w, D]`` and
 ``forward(tokens, hw) -> tokens + table(hw)``; ``kind = 'absolute'``.
 """

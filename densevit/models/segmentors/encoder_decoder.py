@@ -20,7 +20,8 @@ class EncoderDecoder(BaseModel):
 
     Args:
         backbone, decode_head (dict): configs; heads take ``in_channels`` / ``in_index``
-            / ``num_classes`` from their own config (see the head contract in DESIGN.md).
+            / ``num_classes`` from their own config (the contract of ``DecodeHead`` in
+            ``densevit/models/heads/decode_head.py``).
         neck (dict, optional): e.g. an MLA neck between a plain ViT and the head.
         auxiliary_head (dict | list[dict], optional): extra heads trained alongside
             (deep supervision, as in SETR); unused at inference. Always held in a
@@ -106,7 +107,7 @@ class EncoderDecoder(BaseModel):
                             for _ in range(len(inputs))]
         metas = [ds.metainfo for ds in data_samples]
         logits = self.inference(inputs, metas)
-        for ds, seg in zip(data_samples, logits):
+        for ds, seg in zip(data_samples, logits, strict=True):
             seg = self.restore(seg, ds.metainfo)
             ds.seg_logits = PixelData(data=seg)
             ds.pred_sem_seg = PixelData(data=class_argmax(seg, 0)[None])

@@ -1,15 +1,17 @@
 """Hugging Face ``DeformableDetrForObjectDetection`` / ``DeformableDetrModel`` checkpoints ->
 densevit's :class:`DeformableDETR` (``backbone.*``, ``bbox_head.*``).
 
-HF layout (transformers 4.x file names and the 5.x module layout): ``model.backbone.
-conv_encoder.model.*`` or ``model.backbone.model.*`` (a timm ResNet with torchvision's
-names, or an HF ``ResNet``, converted by ``convert_hf_resnet``), ``model.input_proj.N.
-{0,1}``, ``model.level_embed``, ``model.query_position_embeddings`` (query_pos | tgt
-halves, as ours), ``model.reference_points``, encoder ``self_attn.{sampling_offsets,
+HF layout (transformers 4.x file names and the 5.x module layout):
+``model.backbone.conv_encoder.model.*`` or ``model.backbone.model.*`` (a timm ResNet
+with torchvision's names, or an HF ``ResNet``, converted by
+:func:`densevit.checkpoint.resnet.convert_hf_resnet_backbone`), ``model.input_proj.N.
+{0,1}``, ``model.level_embed``, ``model.query_position_embeddings`` ([Q, 2D]: query_pos
+| tgt halves, as ours), ``model.reference_points``, encoder ``self_attn.{sampling_offsets,
 attention_weights, value_proj, output_proj}`` (same names as ours), decoder
-``self_attn.{q,k,v}_proj`` (fused into ``nn.MultiheadAttention.in_proj_*``),
-``o_proj``/``out_proj``, ``encoder_attn`` (-> ``cross_attn``), ``fc1/fc2`` or
-``mlp.fc1/fc2``, ``*_layer_norm``, ``class_embed.N`` / ``bbox_embed.N``.
+``self_attn.{q,k,v}_proj`` ([D, D] each, fused into ``nn.MultiheadAttention``'s
+``in_proj_weight`` [3D, D]), ``o_proj``/``out_proj``, ``encoder_attn`` (->
+``cross_attn``), ``fc1/fc2`` or ``mlp.fc1/fc2``, ``*_layer_norm``, ``class_embed.N`` /
+``bbox_embed.N``.
 
 Without box refinement HF keeps one shared predictor under every index N; we keep
 one module, so indices > 0 are dropped (they are the same tensors). With refinement
@@ -23,9 +25,8 @@ Two-stage (``two_stage=True``; build the head with ``as_two_stage=True``): no
 index N = decoder layers of ``class_embed`` / ``bbox_embed`` (as ours), and
 ``model.decoder.class_embed.*`` is HF's second reference to ``class_embed`` (dropped).
 """
-from densevit.models.backbones.convert_utils import Layout, convert_state_dict
-
-from .detr_convert import _hf_resnet_backbone
+from .layout import Layout, convert_state_dict
+from .resnet import convert_hf_resnet_backbone
 
 _T = 'bbox_head.transformer.'
 _LEAF = r'(weight|bias)'
@@ -76,7 +77,7 @@ def hf_layout(refine):
              lambda m: f'bbox_head.proposals.{_TWO_STAGE[m[1]]}.{m[2]}'),
             (r'(class_embed|bbox_embed)\.(\d+)\.(.+)', _predictor(refine)),
         ],
-        drop=drop, post=_hf_resnet_backbone)
+        drop=drop, post=convert_hf_resnet_backbone)
 
 
 DENSEVIT = Layout('densevit Deformable DETR', r'^bbox_head\.transformer\.encoder\.\d+\.',

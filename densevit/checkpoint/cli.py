@@ -1,13 +1,20 @@
-"""Shared command line of the checkpoint converters in this folder."""
+"""The command line shared by the converters in ``tools/convert/``.
+
+Each tool passes its converter (``state_dict, strict -> state_dict``, e.g.
+:func:`densevit.checkpoint.swin.convert_swin`) to :func:`run`::
+
+    python tools/convert/swin.py IN OUT [--prefix P] [--keep-unmatched]
+
+The input is read with :func:`densevit.checkpoint.load.read_checkpoint`
+(``torch.load(weights_only=True)`` or safetensors); the output is a plain
+state dict, ``.pth`` or ``.safetensors`` by its extension.
+"""
 import argparse
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
-
-from densevit.models.backbones.pretrained import read_checkpoint, select_prefix  # noqa: E402
+from .load import read_checkpoint, select_prefix
 
 
 def run(convert, what, argv=None):

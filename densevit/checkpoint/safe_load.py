@@ -23,7 +23,7 @@ _HISTORY_BUFFER_METHODS = ('min', 'max', 'current', 'mean')
 
 def _numpy_types():
     types = [np.ndarray, np.dtype]
-    multiarray = getattr(getattr(np, '_core', np.core), 'multiarray')
+    multiarray = getattr(np, '_core', np.core).multiarray
     types += [multiarray._reconstruct, multiarray.scalar]  # rebuild arrays / numpy scalars
     dtypes = getattr(np, 'dtypes', None)
     if dtypes is not None:

@@ -24,8 +24,8 @@ transformers 4.x name (the Hub checkpoints) | HF 5.x name.
 
 So the official rename is: ``patch_embed{n}. -> stages.{n-1}.patch_embed.``,
 ``block{n}. -> stages.{n-1}.blocks.``, ``norm{n}. -> stages.{n-1}.norm.``,
-``mlp.dwconv.dwconv -> mlp.dwconv``. HF's separate key/value projections are
-stacked into ``kv`` (keys first). Classification heads (``head.*``,
+``mlp.dwconv.dwconv -> mlp.dwconv``. HF's separate key/value projections
+([C, C] each) are stacked into ``kv`` ([2C, C], keys first). Classification heads (``head.*``,
 ``classifier.*``) are dropped.
 
 Decode head (``SegformerHead``): official ``decode_head.linear_c{n}.proj`` and

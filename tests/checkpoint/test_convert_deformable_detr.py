@@ -4,7 +4,7 @@ import pytest
 import torch
 from mmengine.registry import DefaultScope
 
-from densevit.models.detectors.deformable_detr_convert import convert_deformable_detr
+from densevit.checkpoint.deformable_detr import convert_deformable_detr
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 

@@ -2,10 +2,11 @@
 
 Layouts recognised from the keys:
 
-- official (microsoft/Swin-Transformer; also densevit's own): ``layers.N.blocks.M.
-  attn.qkv``, ``attn.relative_position_bias_table``, ``layers.N.downsample.
-  {norm,reduction}`` (merging at the END of stage N), ``patch_embed.{proj,norm}``,
-  ``norm`` (final), ``head``.
+- official (microsoft/Swin-Transformer; also densevit's own):
+  ``layers.N.blocks.M.attn.qkv`` ([3C, C]), ``attn.relative_position_bias_table``
+  ([(2W-1)^2, heads] for window W), ``layers.N.downsample.{norm,reduction}``
+  (merging at the END of stage N), ``patch_embed.{proj,norm}``, ``norm`` (final),
+  ``head``.
 - timm >= 0.9: as official, but merging sits at the START of the next stage
   (``layers.N+1.downsample``), and the head is ``head.fc``.
 - Hugging Face ``SwinModel`` / ``SwinForImageClassification`` (``swin.``) /
@@ -16,19 +17,20 @@ Layouts recognised from the keys:
 Patch merging: all three concatenate the 2x2 neighbours in the same order,
 (row, col) = (0, 0), (1, 0), (0, 1), (1, 1) (checked against HF's code and
 its outputs in tests/models/test_swin.py), so ``reduction`` and ``norm``
-weights are copied unpermuted.
+weights ([2C, 4C] and [4C]) are copied unpermuted.
 
 The classification model's final ``norm`` / HF ``layernorm`` normalises the
 last stage's output, which is what densevit's ``norm{last}`` does, so it maps
 there; norms of earlier outputs are new in a dense backbone. Bias tables made
-for another window are resized when loaded (see ``RelativePositionBias``).
+for another window are resized when loaded (see ``RelativePositionBias`` in
+``densevit/models/layers/relative_position.py``).
 """
 import re
 from collections import OrderedDict
 
 from mmengine.logging import print_log
 
-from .convert_utils import Layout, convert_state_dict
+from .layout import Layout, convert_state_dict
 
 _BLOCK = r'layers\.(\d+)\.blocks\.(\d+)\.'
 _OURS_BLOCK = r'layers.\1.blocks.\2.'

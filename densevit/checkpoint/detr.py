@@ -12,9 +12,9 @@ Layouts recognised from the keys:
 - Hugging Face ``DetrForObjectDetection`` / ``DetrModel`` (Hub file layout and
   transformers-5 module layout): ``model.backbone.conv_encoder.model.*`` (a
   timm ResNet, whose names are torchvision's, or an HF ``ResNet``, converted
-  by :func:`~densevit.models.backbones.resnet_convert.convert_hf_resnet`),
+  by :func:`densevit.checkpoint.resnet.convert_hf_resnet_backbone`),
   ``model.{encoder,decoder}.layers.N.self_attn.{q,k,v}_proj`` (fused into
-  ``in_proj_weight`` / ``in_proj_bias``, q-k-v order), ``out_proj`` / ``o_proj``,
+  ``in_proj_weight`` [3D, D] / ``in_proj_bias`` [3D], q-k-v order), ``out_proj`` / ``o_proj``,
   ``fc1/fc2`` (or ``mlp.fc1/fc2``), ``self_attn_layer_norm``, decoder
   ``encoder_attn`` (-> ``cross_attn``) and ``encoder_attn_layer_norm``,
   ``final_layer_norm``, ``model.decoder.layernorm``, ``model.input_projection``,
@@ -25,10 +25,8 @@ Output keys are the detector's: ``backbone.*`` and ``bbox_head.*``. The class
 count follows the checkpoint (COCO: 91 ids + no-object = 92 logits in the
 official files); build the head with the same ``num_classes`` to load it.
 """
-from collections import OrderedDict
-
-from densevit.models.backbones.convert_utils import Layout, convert_state_dict
-from densevit.models.backbones.resnet_convert import convert_hf_resnet
+from .layout import Layout, convert_state_dict
+from .resnet import convert_hf_resnet_backbone
 
 _T = 'bbox_head.transformer.'
 _LEAF = r'(weight|bias)'
@@ -89,18 +87,7 @@ DENSEVIT = Layout('densevit DETR', r'^bbox_head\.transformer\.encoder\.\d+\.',
                   [(r'((?:backbone|neck|bbox_head)\..+)', r'\1')])
 
 
-def _hf_resnet_backbone(state_dict):
-    """An HF ``ResNet`` backbone (``embedder.`` / ``encoder.stages.``) to torchvision names."""
-    sub = OrderedDict((k[len('backbone.'):], v) for k, v in state_dict.items()
-                      if k.startswith('backbone.'))
-    if not any(k.startswith(('embedder.', 'encoder.stages.')) for k in sub):
-        return state_dict  # timm backbone: already torchvision's names
-    out = OrderedDict((k, v) for k, v in state_dict.items() if not k.startswith('backbone.'))
-    out.update(('backbone.' + k, v) for k, v in convert_hf_resnet(sub).items())
-    return out
-
-
-HF.post = _hf_resnet_backbone
+HF.post = convert_hf_resnet_backbone
 
 
 def convert_detr(state_dict, strict=False):

@@ -5,9 +5,9 @@ import logging
 import pytest
 import torch
 
-from densevit.models.backbones.pretrained import load_pretrained, read_checkpoint
+from densevit.checkpoint.load import load_pretrained, read_checkpoint
+from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.vit import VisionTransformer
-from densevit.models.backbones.vit_convert import convert_vit
 
 TINY = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
 

@@ -130,7 +130,7 @@ def load_pretrained(module, checkpoint, convert=None, prefix=None, expected_miss
         module (nn.Module): the backbone.
         checkpoint (str): file path or URL (``.pth``, ``.safetensors``).
         convert (callable, optional): ``state_dict -> state_dict`` in densevit's
-            layout, e.g. :func:`~.swin_convert.convert_swin`.
+            layout, e.g. :func:`densevit.checkpoint.swin.convert_swin`.
         prefix (str, optional): take only keys under this prefix (e.g.
             'backbone.' from a whole detector), prefix removed.
         expected_missing (Iterable[str]): key prefixes that this checkpoint kind

@@ -24,15 +24,15 @@ Layouts recognised from the keys:
   ``attention.output.dense``, ``intermediate.dense``, ``output.dense``,
   ``layernorm_before/after``, ``layernorm``) and the transformers-5 module
   layout (``layers.N.attention.{q,k,v,o}_proj``, ``mlp.fc1/fc2``). q, k and v
-  are concatenated into ``qkv``. Note HF ViT's LayerNorm eps is 1e-12 (ours:
+  ([D, D] each) are concatenated into ``qkv`` ([3D, D], q-k-v order). Note HF ViT's LayerNorm eps is 1e-12 (ours:
   1e-6); the difference is negligible for trained weights.
 
 Position tables made for another grid are resized when loaded (see
-``LearnedPositionEmbedding``).
+``LearnedPositionEmbedding`` in ``densevit/models/layers/pos_embed.py``).
 """
 from mmengine.logging import print_log
 
-from .convert_utils import Layout, convert_state_dict
+from .layout import Layout, convert_state_dict
 
 _BLOCK_PARTS = r'(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)'
 

@@ -1,10 +1,23 @@
-"""Convert Hugging Face ``transformers`` ResNet weights to our (torchvision) layout.
+"""Hugging Face ``transformers`` ResNet checkpoints -> densevit's :class:`ResNet`
+(torchvision's names).
 
-torchvision and DETR checkpoints need no conversion: :class:`ResNet` uses
-their names. HF names every conv/BN pair ``...layer.{k}.convolution`` /
-``...layer.{k}.normalization``; this maps them to ``conv{k+1}`` / ``bn{k+1}``.
+Layouts:
+
+- torchvision (and the official DETR backbones, timm's ResNet): ``conv1``,
+  ``bn1``, ``layer{1-4}.N.{conv,bn}{1-3}``, ``layer{1-4}.0.downsample.{0,1}``,
+  ``fc``: already densevit's names, passed through.
+- Hugging Face ``ResNetModel`` / ``ResNetForImageClassification``
+  (``resnet.`` prefix optional): every conv / BN pair is
+  ``...layer.{k}.convolution`` / ``...layer.{k}.normalization``, mapped to
+  ``conv{k+1}`` / ``bn{k+1}``; ``embedder.embedder`` is the stem (``conv1``
+  [64, 3, 7, 7], ``bn1``), ``encoder.stages.{i}`` is ``layer{i+1}`` and a
+  block's ``shortcut`` its ``downsample``. Tensors are copied unchanged.
+
+:func:`convert_hf_resnet_backbone` applies the HF mapping to the ``backbone.*``
+part of a whole-detector state dict (the DETR and Deformable DETR converters).
 """
 import re
+from collections import OrderedDict
 
 # HF name (after the optional 'resnet.' prefix) -> ours; applied in order, first match wins.
 _RULES = [
@@ -54,6 +67,20 @@ def convert_resnet(state_dict):
     if any(k.startswith(('embedder.', 'resnet.embedder.')) for k in state_dict):
         return convert_hf_resnet(state_dict)
     return state_dict
+
+
+def convert_hf_resnet_backbone(state_dict, prefix='backbone.'):
+    """The keys under ``prefix`` of a whole-model state dict, converted from an HF
+    ``ResNet`` (``embedder.`` / ``encoder.stages.``) to torchvision's names; a
+    backbone already in torchvision's names (timm's ResNet) is left as it is.
+    Other keys are unchanged."""
+    sub = OrderedDict((k[len(prefix):], v) for k, v in state_dict.items()
+                      if k.startswith(prefix))
+    if not any(k.startswith(('embedder.', 'encoder.stages.')) for k in sub):
+        return state_dict
+    out = OrderedDict((k, v) for k, v in state_dict.items() if not k.startswith(prefix))
+    out.update((prefix + k, v) for k, v in convert_hf_resnet(sub).items())
+    return out
 
 
 def resnet_kwargs_from_hf_config(config):

@@ -12,8 +12,8 @@ the layout of a fused ``Linear(D, 3D)`` and of ``nn.MultiheadAttention.in_proj_*
 """
 import re
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
 
 import torch
 from mmengine.logging import print_log
@@ -41,7 +41,7 @@ class Layout:
     signature: str
     rules: Sequence = ()
     drop: dict = field(default_factory=dict)
-    post: Optional[Callable] = None
+    post: Callable | None = None
 
     def rename(self, key):
         """New name, None when dropped, or the key itself unchanged with matched=False."""

@@ -1,4 +1,4 @@
-"""Fixtures shared by the model tests."""
+"""Fixtures shared by the tests (models, checkpoint)."""
 import logging
 
 import pytest

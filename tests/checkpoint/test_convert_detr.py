@@ -3,8 +3,8 @@ import pytest
 import torch
 from mmengine.registry import DefaultScope
 
-from densevit.models.backbones.pretrained import load_pretrained, read_checkpoint
-from densevit.models.detectors.detr_convert import convert_detr
+from densevit.checkpoint.detr import convert_detr
+from densevit.checkpoint.load import load_pretrained, read_checkpoint
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 
