@@ -6,6 +6,7 @@
 #   https://github.com/SwinTransformer/storage/releases/download/v1.0.0/swin_tiny_patch4_window7_224.pth
 # The head reads the last stage (stride 32, 768 channels), as DETR reads ResNet's C5.
 _base_ = [
+    '_base_/models/detr.py',
     '_base_/datasets/coco_detection.py',
     '_base_/schedules/detr_300e.py',
     '_base_/default_runtime.py',
@@ -13,10 +14,7 @@ _base_ = [
 
 pretrained = 'checkpoints/swin_tiny_patch4_window7_224.pth'
 model = dict(
-    type='DETR',
-    data_preprocessor=dict(
-        type='DetDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-        bgr_to_rgb=True, pad_size_divisor=32),
+    data_preprocessor=dict(pad_size_divisor=32),
     backbone=dict(
         type='SwinTransformer', arch='tiny', pretrain_img_size=224, patch_size=4, window_size=7,
         # 0.2 as in the Swin detection recipes (0.1 is the ImageNet Swin-T setting)
@@ -24,16 +22,8 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     feat_index=-1,
     bbox_head=dict(
-        type='DETRHead', num_classes=80, embed_dims=256, num_queries=100,
-        transformer=dict(num_heads=8, num_encoder_layers=6, num_decoder_layers=6,
-                         feedforward_channels=2048, dropout=0.1),
         positional_encoding=dict(type='sine_2d', num_feats=128, temperature=10000,
                                  normalize=True),
-        criterion=dict(type='SetCriterion',
-                       matcher=dict(type='HungarianMatcher', cost_class=1.0, cost_bbox=5.0,
-                                    cost_giou=2.0),
-                       loss_weights=dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0),
-                       no_object_weight=0.1),
         aux_loss=True))
 
 # Swin's relative position bias tables get no weight decay (as in Swin's own recipes);

@@ -1,31 +1,25 @@
 # Quickstart: a small ViT + DETR on the procedural shapes data (generated under
 # data/shapes/ on first use), trained on a CPU in about 20 minutes.
 #   python tools/train.py configs/quickstart/detr_vit_shapes.py
-_base_ = ['../_base_/default_runtime.py']
+_base_ = ['../_base_/models/detr.py', '../_base_/default_runtime.py']
 
 data_root = 'data/shapes/'
 img_size = 128
 shapes = dict(img_size=(img_size, img_size), max_objects=4, min_size=24, max_size=64, seed=0)
 classes = ('circle', 'rectangle', 'triangle')
 
+# DETR (models/detr.py) shrunk: a 4-layer ViT of width 128 on 8x8 patches, 20 queries,
+# 2 + 3 transformer layers, no dropout
 model = dict(
-    type='DETR',
-    data_preprocessor=dict(
-        type='DetDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-        bgr_to_rgb=True, pad_size_divisor=8),
+    data_preprocessor=dict(pad_size_divisor=8),
     backbone=dict(
         type='VisionTransformer',
         arch=dict(embed_dims=128, num_layers=4, num_heads=4, feedforward_channels=512),
         img_size=img_size, patch_size=8, with_cls_token=False, drop_path_rate=0.0),
     bbox_head=dict(
-        type='DETRHead', num_classes=3, embed_dims=128, num_queries=20,
+        num_classes=3, embed_dims=128, num_queries=20,
         transformer=dict(num_heads=4, num_encoder_layers=2, num_decoder_layers=3,
-                         feedforward_channels=512, dropout=0.0),
-        criterion=dict(type='SetCriterion',
-                       matcher=dict(type='HungarianMatcher', cost_class=1.0, cost_bbox=5.0,
-                                    cost_giou=2.0),
-                       loss_weights=dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0),
-                       no_object_weight=0.1)))
+                         feedforward_channels=512, dropout=0.0)))
 
 train_pipeline = [
     dict(type='LoadImage'),

@@ -4,7 +4,7 @@
 #   python tools/train.py configs/quickstart/segformer_shapes.py
 #   python tools/test.py configs/quickstart/segformer_shapes.py \
 #       work_dirs/segformer_shapes/iter_3500.pth --show-dir show
-_base_ = ['../_base_/seg_runtime.py']
+_base_ = ['../_base_/models/segformer_mit-b0.py', '../_base_/seg_runtime.py']
 
 data_root = 'data/shapes_seg96/'
 img_size = 96
@@ -15,21 +15,15 @@ shapes = dict(img_size=(img_size, img_size), max_objects=4, min_size=18, max_siz
               inside=True, min_visible=1.0)
 norm_cfg = dict(type='BN', requires_grad=True)  # one process: plain BatchNorm
 
+# SegFormer-B0 (models/segformer_mit-b0.py) without drop path or dropout, a 128-wide decoder
 model = dict(
-    type='EncoderDecoder',
-    data_preprocessor=dict(
-        type='SegDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-        bgr_to_rgb=True, pad_val=0, seg_pad_val=255),
-    backbone=dict(type='MixVisionTransformer', arch='b0', drop_path_rate=0.0),
+    backbone=dict(drop_path_rate=0.0),
     decode_head=dict(
-        type='SegformerHead', in_channels=[32, 64, 160, 256], in_index=[0, 1, 2, 3],
-        channels=128, dropout_ratio=0.0, num_classes=4, norm_cfg=norm_cfg, align_corners=False,
+        channels=128, dropout_ratio=0.0, num_classes=4, norm_cfg=norm_cfg,
         # Dice beside cross-entropy: the shapes cover 15% of the pixels, and Dice scores
         # each class by overlap whatever its area (see densevit/models/losses/dice_loss.py)
         loss_decode=[dict(type='CrossEntropyLoss', loss_weight=1.0),
-                     dict(type='DiceLoss', loss_weight=1.0)]),
-    train_cfg=dict(),
-    test_cfg=dict(mode='whole'))
+                     dict(type='DiceLoss', loss_weight=1.0)]))
 
 train_pipeline = [
     dict(type='LoadImage'),

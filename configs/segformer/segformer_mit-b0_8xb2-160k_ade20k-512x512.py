@@ -11,6 +11,9 @@ _base_ = [
 ]
 
 crop_size = (512, 512)
+# a top-level copy of the model's preprocessor (mmseg's layout; the Runner only reads it
+# where the model has none)
+data_preprocessor = _base_.model.data_preprocessor
 pretrained = 'checkpoints/mit_b0.pth'
 model = dict(
     data_preprocessor=dict(size=crop_size),

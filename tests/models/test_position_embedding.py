@@ -281,7 +281,7 @@ def test_sine_2d_is_detrs_encoding():
                  positional_encoding=dict(type='learned_1d'))
 
 
-CONFIG_DIR = Path(__file__).parents[2] / 'configs' / 'vit_pe'
+CONFIG_DIR = Path(__file__).parents[2] / 'configs' / 'studies' / 'vit_pe'
 
 
 @pytest.mark.parametrize('path', sorted(CONFIG_DIR.glob('*.py')), ids=lambda p: p.stem)

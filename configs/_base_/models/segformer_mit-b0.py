@@ -1,12 +1,11 @@
 # SegFormer-B0 (Xie et al. 2021): Mix Transformer encoder, all-MLP decoder.
 # The final config sets num_classes, the preprocessor's size and the pretrained weights.
 norm_cfg = dict(type='SyncBN', requires_grad=True)  # plain BN on one process
-data_preprocessor = dict(
-    type='SegDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-    bgr_to_rgb=True, pad_val=0, seg_pad_val=255)
 model = dict(
     type='EncoderDecoder',
-    data_preprocessor=data_preprocessor,
+    data_preprocessor=dict(
+        type='SegDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+        bgr_to_rgb=True, pad_val=0, seg_pad_val=255),
     backbone=dict(type='MixVisionTransformer', arch='b0', drop_path_rate=0.1),
     decode_head=dict(
         type='SegformerHead', in_channels=[32, 64, 160, 256], in_index=[0, 1, 2, 3],

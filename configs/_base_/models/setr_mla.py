@@ -1,31 +1,21 @@
-# SETR-MLA (Zheng et al. 2021) on ViT-L/16: layers 6, 12, 18, 24 (0-based 5, 11, 17,
-# 23, no cls token) -> MLA neck (per level LayerNorm -> 1x1 conv to 256, top-down
-# cumulative sum, 3x3 conv) -> MLA head (per level two 3x3 convs to 128, x4, concat
-# to 512, classify); one auxiliary classifier per MLA level, loss weight 0.4.
-norm_cfg = dict(type='SyncBN', requires_grad=True)  # plain BN on one process
-data_preprocessor = dict(
-    type='SegDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-    bgr_to_rgb=True, pad_val=0, seg_pad_val=255,
-    size_divisor=16)  # ViT needs whole patches, also in sliding windows at image borders
+# SETR-MLA (Zheng et al. 2021) on ViT-L/16 (setr_vit-l16.py): layers 6, 12, 18, 24
+# (0-based 5, 11, 17, 23, no cls token) -> MLA neck (per level LayerNorm -> 1x1 conv to
+# 256, top-down cumulative sum, 3x3 conv) -> MLA head (per level two 3x3 convs to 128,
+# x4, concat to 512, classify); one auxiliary classifier per MLA level, loss weight 0.4.
+_base_ = ['./setr_vit-l16.py']
+
 model = dict(
-    type='EncoderDecoder',
-    data_preprocessor=data_preprocessor,
-    backbone=dict(
-        type='VisionTransformer', arch='L', img_size=512, patch_size=16, with_cls_token=False,
-        out_indices=(5, 11, 17, 23), drop_rate=0.1, final_norm=False,
-        interpolate_mode='bilinear'),
+    backbone=dict(with_cls_token=False, out_indices=(5, 11, 17, 23)),
     neck=dict(type='MLANeck', in_channels=[1024, 1024, 1024, 1024], out_channels=256,
-              norm_cfg=norm_cfg, act_cfg=dict(type='ReLU')),
+              norm_cfg=_base_.norm_cfg, act_cfg=dict(type='ReLU')),
     decode_head=dict(
         type='SETRMLAHead', in_channels=(256, 256, 256, 256), in_index=(0, 1, 2, 3),
         channels=512, mla_channels=128, up_scale=4, num_classes=150, dropout_ratio=0,
-        norm_cfg=norm_cfg, align_corners=False,
+        norm_cfg=_base_.norm_cfg, align_corners=False,
         loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0)),
     auxiliary_head=[
         dict(type='SETRUPHead', in_channels=256, channels=256, in_index=i, num_classes=150,
              dropout_ratio=0, norm_layer=None, num_convs=0, align_corners=False,
              loss_decode=dict(type='CrossEntropyLoss', loss_weight=0.4))
         for i in (0, 1, 2, 3)
-    ],
-    train_cfg=dict(),
-    test_cfg=dict(mode='whole'))
+    ])

@@ -1,10 +1,10 @@
 # Trials behind the segmentation quickstart's recipe (README "Quickstarts"); each file
 # changes one thing from the one it inherits. Run one for 5 minutes on one core:
 #   OMP_NUM_THREADS=1 taskset -c 0 python tools/analysis/train_curve.py \
-#       configs/quickstart/seg_trials/previous.py --minutes 5 --eval-every 5
+#       configs/studies/seg_trials/previous.py --minutes 5 --eval-every 5
 # This one: the recipe before (128x128, shapes may be cut by the border or half hidden,
 # AdamW 5e-4 with SegFormer's head lr x10, batch 4, decay over 3,000 iterations).
-_base_ = ['../segformer_shapes.py']
+_base_ = ['../../quickstart/segformer_shapes.py']
 
 data_root = 'data/shapes_seg_trials/cut_128/'
 shapes = dict(img_size=(128, 128), max_objects=4, min_size=24, max_size=64)

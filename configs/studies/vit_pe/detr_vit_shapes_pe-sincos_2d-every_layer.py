@@ -2,7 +2,7 @@
 # (fixed 2D sine-cosine codes (MAE),
 # no parameters), added before every encoder layer, each layer its own.
 # Everything else is configs/quickstart/detr_vit_shapes.py.
-#   python tools/train.py configs/vit_pe/detr_vit_shapes_pe-sincos_2d-every_layer.py
-_base_ = ['../quickstart/detr_vit_shapes.py']
+#   python tools/train.py configs/studies/vit_pe/detr_vit_shapes_pe-sincos_2d-every_layer.py
+_base_ = ['../../quickstart/detr_vit_shapes.py']
 
 model = dict(backbone=dict(pos_embed=dict(type='sincos_2d', placement='every_layer')))

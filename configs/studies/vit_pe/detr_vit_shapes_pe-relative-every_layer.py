@@ -2,7 +2,7 @@
 # (learned per-head bias for each 2D query-key offset, added to the attention logits),
 # in every layer's attention, each layer its own table.
 # Everything else is configs/quickstart/detr_vit_shapes.py.
-#   python tools/train.py configs/vit_pe/detr_vit_shapes_pe-relative-every_layer.py
-_base_ = ['../quickstart/detr_vit_shapes.py']
+#   python tools/train.py configs/studies/vit_pe/detr_vit_shapes_pe-relative-every_layer.py
+_base_ = ['../../quickstart/detr_vit_shapes.py']
 
 model = dict(backbone=dict(pos_embed=dict(type='relative', placement='every_layer')))

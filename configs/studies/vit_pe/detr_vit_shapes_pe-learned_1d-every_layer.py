@@ -2,7 +2,7 @@
 # (one learned vector per patch, raster order (the ViT default)),
 # added before every encoder layer, each layer its own.
 # Everything else is configs/quickstart/detr_vit_shapes.py.
-#   python tools/train.py configs/vit_pe/detr_vit_shapes_pe-learned_1d-every_layer.py
-_base_ = ['../quickstart/detr_vit_shapes.py']
+#   python tools/train.py configs/studies/vit_pe/detr_vit_shapes_pe-learned_1d-every_layer.py
+_base_ = ['../../quickstart/detr_vit_shapes.py']
 
 model = dict(backbone=dict(pos_embed=dict(type='learned_1d', placement='every_layer')))
