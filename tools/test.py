@@ -11,6 +11,7 @@ import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.launch import setup_launcher
 from densevit.engine.runner import Runner
+from densevit.utils.moved import resolve_config
 from densevit.engine.preflight import missing_inputs
 
 
@@ -34,7 +35,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     use_safe_checkpoint_loader()  # load_from / --resume: weights_only=True, clear errors
-    cfg = Config.fromfile(args.config)
+    cfg = Config.fromfile(resolve_config(args.config))
     cfg.merge_from_dict(args.cfg_options)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])

@@ -17,6 +17,7 @@ from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
 from densevit.engine.launch import setup_launcher
 from densevit.engine.runner import Runner
+from densevit.utils.moved import resolve_config
 from densevit.engine.preflight import missing_inputs
 
 
@@ -78,7 +79,7 @@ def train_on_clock(cfg, minutes, eval_every=None, stop_at=None):
 
 
 def build_config(args):
-    cfg = Config.fromfile(args.config)
+    cfg = Config.fromfile(resolve_config(args.config))
     cfg.merge_from_dict(args.cfg_options)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])

@@ -93,4 +93,11 @@ def use_safe_checkpoint_loader():
     """Make mmengine read local checkpoints (``load_from``, ``--resume``, ``Pretrained``
     init_cfg) through :func:`load_checkpoint_safely`, for its clear errors."""
     from mmengine.runner.checkpoint import CheckpointLoader
-    CheckpointLoader.register_scheme(prefixes='', loader=load_checkpoint_safely, force=True)
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_weights_only, force=True)
+
+
+def load_from_weights_only(filename, map_location=None):
+    """:func:`load_checkpoint_safely` under the name mmengine logs: it prints the
+    loader's name from its 11th character on ("Loads checkpoint by weights_only
+    backend from path: ...")."""
+    return load_checkpoint_safely(filename, map_location or 'cpu')

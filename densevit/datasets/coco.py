@@ -9,6 +9,8 @@
 
 Labels follow ascending category id: ``label = cat_ids.index(category_id)``.
 """
+import contextlib
+import io
 import json
 import logging
 import os.path as osp
@@ -69,7 +71,8 @@ def load_coco_json(ann_file):
                              f'got {ann["bbox"]}')
     coco = COCO()  # built from the parsed dict: the file is read once
     coco.dataset = data
-    coco.createIndex()
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools' "creating index..."
+        coco.createIndex()
     return coco
 
 

@@ -7,10 +7,6 @@ is missing and where it goes.
 import os.path as osp
 
 
-class MissingInputError(FileNotFoundError):
-    """A dataset or checkpoint named by the config is not on disk."""
-
-
 def _walk(node, path=''):
     if isinstance(node, dict):
         yield path, node

@@ -52,12 +52,14 @@ class ProgressBarHook(Hook):
         self.file = file
         self._state = None
         self._train = None
+        self._val_start = None
 
     # ---- training
     def before_train(self, runner):
         if 'train' in self.loops and is_main_process():
             now = time.perf_counter()
-            self._train = dict(last_time=now, last_iter=runner.iter, printed=False)
+            # paused: seconds of validation since the last line (not training time)
+            self._train = dict(last_time=now, last_iter=runner.iter, printed=False, paused=0.0)
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
         state = self._train
@@ -67,7 +69,8 @@ class ProgressBarHook(Hook):
         if state['printed'] and now - state['last_time'] < self.interval_s:
             return
         done = runner.iter + 1
-        rate = (done - state['last_iter']) / max(now - state['last_time'], 1e-9)
+        seconds = now - state['last_time'] - state['paused']
+        rate = (done - state['last_iter']) / max(seconds, 1e-9)
         total = runner.max_iters
         parts = [f'iter {done}' + (f'/{total}' if total < 10 ** 8 else '')]
         loss = (outputs or {}).get('loss') if isinstance(outputs, dict) else None
@@ -80,7 +83,7 @@ class ProgressBarHook(Hook):
         stream = self.file or sys.stdout
         stream.write('train: ' + ', '.join(parts) + '\n')
         stream.flush()
-        state.update(last_time=now, last_iter=done, printed=True)
+        state.update(last_time=now, last_iter=done, printed=True, paused=0.0)
 
     def after_train(self, runner):
         self._train = None
@@ -130,6 +133,7 @@ class ProgressBarHook(Hook):
         self._state = None
 
     def before_val_epoch(self, runner):
+        self._val_start = time.perf_counter()
         self._start(runner, 'val')
 
     def before_test_epoch(self, runner):
@@ -142,6 +146,8 @@ class ProgressBarHook(Hook):
         self._step(_batch_size(data_batch, outputs))
 
     def after_val_epoch(self, runner, metrics=None):
+        if self._train is not None and self._val_start is not None:
+            self._train['paused'] += time.perf_counter() - self._val_start
         self._end()
 
     def after_test_epoch(self, runner, metrics=None):

@@ -33,3 +33,28 @@ def forward(old_file, new_path):
     target = str(root / new_path)
     sys.argv[0] = target
     runpy.run_path(target, run_name='__main__')
+
+
+# config folders that moved, old prefix -> new prefix (accepted until the next release)
+MOVED_CONFIGS = {'configs/vit_pe/': 'configs/studies/vit_pe/',
+                 'configs/quickstart/seg_trials/': 'configs/studies/seg_trials/'}
+
+
+def resolve_config(path):
+    """``path``, or where a config that moved now lives (saying so on stderr).
+
+    A path that exists, or that matches no moved folder, comes back unchanged: a
+    missing config still fails where it is read, naming the path.
+    """
+    if Path(path).exists():
+        return path
+    posix = Path(path).as_posix()
+    for old, new in MOVED_CONFIGS.items():
+        at = posix.find(old)
+        if at >= 0 and (at == 0 or posix[at - 1] == '/'):
+            moved = posix[:at] + new + posix[at + len(old):]
+            if Path(moved).exists():
+                print(f'{old} has moved to {new}; reading {moved} (the old path is accepted '
+                      'until the next release)', file=sys.stderr)
+                return moved
+    return path

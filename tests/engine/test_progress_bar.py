@@ -69,10 +69,16 @@ def test_training_line_every_interval(monkeypatch):
     assert lines[0] == 'train: iter 1/100, loss 1.2346, 2.00 s/it, eta 1:02:05'
     assert [line.split(',')[0] for line in lines] == [
         'train: iter 1/100', 'train: iter 4/100', 'train: iter 7/100', 'train: iter 10/100']
-    # a clocked run has no iteration limit to show
+    # a clocked run has no iteration limit to show; validation time is not training time
     out.truncate(0), out.seek(0)
     runner.max_iters = 10 ** 8
+    runner.val_dataloader = SimpleNamespace(dataset=[0])
+    hook.before_val_epoch(runner)
+    now[0] += 100
+    hook.after_val_epoch(runner)
+    out.truncate(0), out.seek(0)  # the val line
     now[0] += 10
     runner.iter = 12
     hook.after_train_iter(runner, 12, outputs={'loss': torch.tensor(1.0)})
-    assert out.getvalue().startswith('train: iter 13, loss 1.0000')
+    # iterations 11, 12 and 13 in 2 + 2 + 10 s of training (the 100 s validation left out)
+    assert out.getvalue().startswith('train: iter 13, loss 1.0000, 4.67 s/it')

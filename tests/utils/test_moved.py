@@ -36,3 +36,18 @@ def test_old_benchmark_paths_forward(name):
     old = REPO / 'tools' / 'analysis' / f'{name}.py'
     assert f"forward(__file__, 'benchmarks/{name}.py')" in old.read_text()
     assert (REPO / 'benchmarks' / f'{name}.py').is_file()
+
+
+def test_moved_config_paths_resolve(monkeypatch, capsys):
+    from densevit.utils.moved import resolve_config
+    monkeypatch.chdir(REPO)
+    old = 'configs/vit_pe/detr_vit_shapes_pe-none.py'
+    assert resolve_config(old) == 'configs/studies/vit_pe/detr_vit_shapes_pe-none.py'
+    assert 'configs/vit_pe/ has moved to configs/studies/vit_pe/' in capsys.readouterr().err
+    absolute = str(REPO / 'configs/quickstart/seg_trials/whole_96.py')
+    assert resolve_config(absolute) == str(REPO / 'configs/studies/seg_trials/whole_96.py')
+    assert 'has moved to configs/studies/seg_trials/' in capsys.readouterr().err
+    # existing and unknown paths come back unchanged, silently
+    for path in ('configs/detr_vit.py', 'configs/vit_pe/no_such_config.py', 'x/y.py'):
+        assert resolve_config(path) == path
+    assert capsys.readouterr().err == ''
