@@ -16,7 +16,7 @@ setup(
     long_description=(here / 'README.md').read_text() if (here / 'README.md').exists() else '',
     long_description_content_type='text/markdown',
     packages=find_packages(include=['densevit', 'densevit.*']),
-    python_requires='>=3.9',
+    python_requires='>=3.10',
     install_requires=requirements,
     # transformers: the reference implementations the weight converters are proven against
     extras_require={'tests': ['pytest>=7', 'transformers>=4.40,<6', 'safetensors>=0.4',

@@ -90,7 +90,7 @@ def run_video(path, model, visualizer, out_dir, score_thr, frames=False):
                 writer = cv2.VideoWriter(osp.join(out_dir, stem + '.mp4'),
                                          cv2.VideoWriter_fourcc(*'mp4v'), fps, (w, h))
                 if not writer.isOpened():
-                    print(f'densevit: this OpenCV cannot write mp4; writing frames instead',
+                    print('densevit: this OpenCV cannot write mp4; writing frames instead',
                           file=sys.stderr)
                     writer, frames = None, True
             if frames:

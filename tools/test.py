@@ -10,9 +10,9 @@ from mmengine.evaluator import DumpResults
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.launch import setup_launcher
+from densevit.engine.preflight import missing_inputs
 from densevit.engine.runner import Runner
 from densevit.utils.moved import resolve_config
-from densevit.engine.preflight import missing_inputs
 
 
 def parse_args(argv=None):

@@ -12,6 +12,7 @@ import densevit  # noqa: F401
 from densevit.apis import inference, init_model
 from densevit.registry import DATASETS
 from densevit.structures import DataSample
+
 from tiny_checkpoints import trained_checkpoint
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mmengine.registry import DefaultScope
 
-from densevit.datasets.ade import ADE20KDataset, CLASSES, PALETTE
+from densevit.datasets.ade import CLASSES, PALETTE, ADE20KDataset
 from densevit.datasets.seg_folder import SegFolderDataset
 from densevit.datasets.shapes_seg import ShapesSegDataset, generate_shapes_seg
 

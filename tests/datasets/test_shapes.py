@@ -10,8 +10,12 @@ import cv2
 import numpy as np
 import pytest
 
-from densevit.datasets.shapes import (ShapesDataset, ensure_shapes_split, generate_shapes,
-                                      render_image)
+from densevit.datasets.shapes import (
+    ShapesDataset,
+    ensure_shapes_split,
+    generate_shapes,
+    render_image,
+)
 
 SIZE = (40, 56)
 

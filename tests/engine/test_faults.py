@@ -17,10 +17,11 @@ import cv2
 import pytest
 import torch
 from mmengine.fileio import LocalBackend
-from tiny_run import REPO, isolated, load_tool, unique_names, write_config
 
 import densevit  # noqa: F401  (allow-list for checkpoints)
 from densevit.checkpoint.safe_load import UnsafeCheckpointError, load_checkpoint_safely
+
+from tiny_run import REPO, isolated, load_tool, unique_names, write_config
 
 NO_VAL = ['train_cfg.val_begin=1000']
 

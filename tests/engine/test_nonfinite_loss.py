@@ -9,6 +9,7 @@ from torch import nn
 
 from densevit.engine.nonfinite_loss_hook import NonFiniteLossError, NonFiniteLossHook
 from densevit.registry import MODELS
+
 from tiny_run import load_tool, unique_names, write_config
 
 

@@ -6,6 +6,7 @@ import cv2
 import pytest
 
 from densevit.engine.training_clock_hook import TrainingClockHook
+
 from tiny_run import load_tool, unique_names, write_config
 
 BUDGET_MIN, EVERY_MIN = 0.03, 0.005  # 1.8 s of training, validating every 0.3 s

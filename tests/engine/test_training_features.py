@@ -10,6 +10,7 @@ from mmengine.runner import Runner
 from torch import nn
 
 import densevit  # noqa: F401  (allow-list for checkpoints)
+
 from tiny_run import isolated, load_tool, train_losses, unique_names, write_config
 
 

@@ -10,8 +10,7 @@ from mmengine.structures import PixelData
 from torch import nn
 
 from densevit.models.segmentors import sliding_window
-from densevit.models.segmentors.sliding_window import (slide_logits, sliding_windows,
-                                                       window_starts)
+from densevit.models.segmentors.sliding_window import slide_logits, sliding_windows, window_starts
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 

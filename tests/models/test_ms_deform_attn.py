@@ -3,8 +3,10 @@ import math
 
 import torch
 
-from densevit.models.layers.ms_deform_attn import (MultiScaleDeformableAttention,
-                                                   multi_scale_deformable_attn)
+from densevit.models.layers.ms_deform_attn import (
+    MultiScaleDeformableAttention,
+    multi_scale_deformable_attn,
+)
 
 
 def _bilinear_zero_pad(img, x, y):

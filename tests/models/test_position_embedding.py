@@ -13,13 +13,19 @@ from densevit.models.backbones.vit import VisionTransformer
 from densevit.models.heads.detr_head import DETRHead
 from densevit.models.layers.attention import MultiheadAttention
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
-from densevit.models.layers.pos_embed_2d import (Learned2DPositionEmbedding,
-                                                 SinCos2DPositionEmbedding)
-from densevit.models.layers.pos_embed_builder import (POSITION_EMBEDDING_TYPES,
-                                                      build_position_embedding,
-                                                      parse_position_embedding_cfg)
-from densevit.models.layers.relative_position import (RelativePositionBias,
-                                                      resize_relative_position_table)
+from densevit.models.layers.pos_embed_2d import (
+    Learned2DPositionEmbedding,
+    SinCos2DPositionEmbedding,
+)
+from densevit.models.layers.pos_embed_builder import (
+    POSITION_EMBEDDING_TYPES,
+    build_position_embedding,
+    parse_position_embedding_cfg,
+)
+from densevit.models.layers.relative_position import (
+    RelativePositionBias,
+    resize_relative_position_table,
+)
 from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
 from densevit.registry import MODELS
 

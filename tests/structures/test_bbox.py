@@ -1,8 +1,13 @@
 """Box ops against hand-computed cases."""
 import torch
 
-from densevit.structures import (box_area, box_cxcywh_to_xyxy, box_iou, box_xyxy_to_cxcywh,
-                                 generalized_box_iou)
+from densevit.structures import (
+    box_area,
+    box_cxcywh_to_xyxy,
+    box_iou,
+    box_xyxy_to_cxcywh,
+    generalized_box_iou,
+)
 
 
 def test_format_round_trip():

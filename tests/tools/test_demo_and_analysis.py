@@ -7,9 +7,10 @@ import cv2
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from tiny_checkpoints import trained_checkpoint
 from tiny_run import load_tool
-from torch import nn
 
 
 @pytest.fixture(scope='module')

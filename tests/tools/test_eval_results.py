@@ -14,6 +14,7 @@ from densevit.datasets.transforms.seg_loading import reduce_zero_label
 from densevit.evaluation.coco_metric import CocoMetric
 from densevit.evaluation.iou_metric import IoUMetric
 from densevit.structures import DataSample
+
 from tiny_run import load_tool
 
 

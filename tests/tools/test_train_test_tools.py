@@ -7,8 +7,7 @@ import cv2
 import pytest
 import torch
 
-from tiny_run import (isolated, load_tool, scalar_records, train_losses, unique_names,
-                      write_config)
+from tiny_run import isolated, load_tool, scalar_records, train_losses, unique_names, write_config
 
 MAX_ITERS = 4
 NUM_VAL = 5

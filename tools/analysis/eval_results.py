@@ -25,8 +25,8 @@ import cv2
 import numpy as np
 import torch
 
-from densevit.evaluation.coco_metric import _STATS, CocoMetric
 from densevit.datasets.transforms.seg_loading import reduce_zero_label as reduce_zero_label_map
+from densevit.evaluation.coco_metric import _STATS, CocoMetric
 from densevit.evaluation.iou_metric import IoUMetric, area_stats
 
 

@@ -10,8 +10,7 @@ import argparse
 import sys
 
 import torch
-from mmengine.analysis import get_model_complexity_info
-from mmengine.analysis import complexity_analysis
+from mmengine.analysis import complexity_analysis, get_model_complexity_info
 from mmengine.analysis.jit_handles import get_shape
 from mmengine.config import DictAction
 from torch import nn

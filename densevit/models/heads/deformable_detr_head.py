@@ -14,8 +14,10 @@ from mmengine.model import BaseModule
 from mmengine.structures import InstanceData
 from torch import nn
 
-from densevit.models.layers.deformable_detr_transformer import (DeformableDetrTransformer,
-                                                                inverse_sigmoid)
+from densevit.models.layers.deformable_detr_transformer import (
+    DeformableDetrTransformer,
+    inverse_sigmoid,
+)
 from densevit.models.layers.mlp import MLP
 from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
 from densevit.registry import MODELS
