@@ -53,7 +53,8 @@ def device_summary():
     if torch.cuda.is_available():
         n = torch.cuda.device_count()
         return f'{n} CUDA GPU{"s" if n > 1 else ""} ({torch.cuda.get_device_name(0)})'
-    return f'CPU, {torch.get_num_threads()} threads'
+    n = torch.get_num_threads()
+    return f'CPU, {n} thread{"s" if n > 1 else ""}'
 
 
 class Runner(MMEngineRunner):
