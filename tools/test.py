@@ -45,7 +45,7 @@ def main(argv=None):
         vis.draw, vis.test_out_dir, vis.score_thr = True, args.show_dir, args.score_thr
     cfg = setup_launcher(cfg, args.launcher)
     # only the test split is read; the checkpoint is checked as load_from
-    problems = missing_inputs(cfg, loaders=('test_dataloader',))
+    problems = missing_inputs(cfg, loaders=('test_dataloader',), pretrained=False)
     if args.out and not args.out.endswith(('.pkl', '.pickle')):
         problems.append(f'--out must end with .pkl or .pickle: {args.out}')
     if problems:

@@ -31,6 +31,9 @@ def parse_args(argv=None):
                         'no PATH is given')
     p.add_argument('--amp', action='store_true',
                    help='automatic mixed precision: fp16 with loss scaling on GPU, bf16 on CPU')
+    p.add_argument('--auto-scale-lr', action='store_true',
+                   help='scale the learning rate linearly with the total batch size (processes '
+                        "x batch size) against the config's auto_scale_lr.base_batch_size")
     p.add_argument('--tensorboard', action='store_true',
                    help='also log scalars to TensorBoard (<work_dir>/<timestamp>/vis_data); '
                         'needs `pip install tensorboard`')
@@ -90,6 +93,11 @@ def build_config(args):
         if not any(b.get('type') == 'TensorboardVisBackend' for b in backends):
             backends.append(dict(type='TensorboardVisBackend'))
         cfg.visualizer.vis_backends = backends
+    if args.auto_scale_lr:
+        if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
+            raise ValueError('--auto-scale-lr needs auto_scale_lr = dict(base_batch_size=N) in '
+                             'the config (the total batch its learning rate is meant for)')
+        cfg.auto_scale_lr.enable = True
     if args.minutes is not None:
         cfg = train_on_clock(cfg, args.minutes, args.eval_every, args.stop_at)
     if args.resume == 'auto':

@@ -1,7 +1,7 @@
 # Overfit sanity check: the quickstart model trained and evaluated on the same 16
 # images. Reaching AP50 >= 0.9 shows that matcher, losses, box coordinates and
 # post-processing fit together:
-#   python tools/analysis/train_curve.py configs/quickstart/detr_vit_shapes_overfit16.py \
+#   python tools/train.py configs/quickstart/detr_vit_shapes_overfit16.py \
 #       --minutes 15 --eval-every 0.5 --stop-at coco/bbox_mAP_50 0.9 --work-dir work_dirs/overfit16
 _base_ = ['./detr_vit_shapes.py']
 

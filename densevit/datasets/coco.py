@@ -43,7 +43,7 @@ def load_coco_json(ann_file):
     if not osp.isfile(ann_file):
         raise FileNotFoundError(
             f'COCO annotation file not found: {ann_file}. Download COCO 2017 and place it '
-            'under data/coco/ (see README), or point ann_file / data_root at your own '
+            'under data/coco/ (see docs/datasets.md), or point ann_file / data_root at your own '
             'COCO-format JSON.')
     try:
         with open(ann_file) as f:

@@ -84,7 +84,7 @@ class SegFolderDataset(BaseDataset):
                 f'{type(self).__name__}: {what} folder not found: {folder!r} (data_root '
                 f'{self.data_root!r} + data_prefix.{key}). Put the dataset there in the '
                 f'layout <data_root>/images/<split>/*{self.img_suffix} and '
-                f'<data_root>/annotations/<split>/*{self.seg_map_suffix} (see README), or '
+                f'<data_root>/annotations/<split>/*{self.seg_map_suffix} (see docs/datasets.md), or '
                 'point data_root / data_prefix at it with --cfg-options.')
         return folder
 

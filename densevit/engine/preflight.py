@@ -22,13 +22,17 @@ def _is_remote(path):
 
 
 def missing_inputs(cfg, resume=False,
-                   loaders=('train_dataloader', 'val_dataloader', 'test_dataloader')):
+                   loaders=('train_dataloader', 'val_dataloader', 'test_dataloader'),
+                   pretrained=True):
     """Messages, one per missing annotation file or checkpoint named in ``cfg``.
 
     Args:
         resume (bool): ``load_from`` is the checkpoint to resume from.
         loaders (tuple[str]): the data loaders the run will build (a test needs
             only ``test_dataloader``).
+        pretrained (bool): check ``init_cfg=dict(type='Pretrained')`` files; a test
+            does not need them (its checkpoint replaces every weight, and the
+            runner does not initialise weights before testing).
     """
     problems, seen = [], set()
     for key in loaders:
@@ -44,15 +48,15 @@ def missing_inputs(cfg, resume=False,
                 seen.add(full)
                 problems.append(
                     f'annotation file not found: {full} (from {path}.ann_file). Put the dataset '
-                    f"under {node.get('data_root') or '.'} in the standard layout (see README), "
+                    f"under {node.get('data_root') or '.'} in the standard layout (see docs/datasets.md), "
                     f'or point data_root / ann_file at it with --cfg-options.')
-    for path, node in _walk(cfg.get('model', {}), 'model'):
+    for path, node in _walk(cfg.get('model', {}) if pretrained else {}, 'model'):
         if node.get('type') == 'Pretrained' and node.get('checkpoint'):
             ckpt = node['checkpoint']
             if not _is_remote(ckpt) and not osp.exists(ckpt):
                 problems.append(
                     f'pretrained checkpoint not found: {ckpt} (from {path}.checkpoint). Put the '
-                    f'weights there (see README, "Pretrained weights"), or train from scratch '
+                    f'weights there (see docs/checkpoints.md), or train from scratch '
                     f'with --cfg-options {path}=None.')
     load_from = cfg.get('load_from')
     if load_from and not _is_remote(load_from) and not osp.exists(load_from):

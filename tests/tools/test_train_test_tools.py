@@ -163,3 +163,56 @@ def test_test_tool_reports_each_missing_file(train_tool, test_tool, tmp_path, ca
     assert sum('instances_val.json' in line for line in lines) == 1
     assert sum(str(missing) in line for line in lines) == 1
     assert not any('instances_train.json' in line for line in lines)
+
+
+def test_start_up_log_is_short_and_quiet(tmp_path, train_tool, capfd):
+    """Before the first iteration: a handful of lines, the resolved config's path, no
+    config dump, hook table, parameter-wise options, GPU / NCCL lines or third-party chatter;
+    the hook table still reaches the log file."""
+    config = write_config(tmp_path)
+    work_dir = tmp_path / 'w'
+    with isolated():
+        rc = train_tool.main([config, '--work-dir', str(work_dir), '--cfg-options',
+                              'train_cfg.max_iters=1', 'train_cfg.val_interval=1',
+                              *unique_names()])
+    assert rc == 0
+    out = capfd.readouterr()
+    lines = (out.out + out.err).splitlines()
+    first = next(i for i, line in enumerate(lines) if 'Iter(train)' in line or
+                 line.startswith('train: '))
+    assert first <= 15, lines[:first]
+    assert any(f'resolved config: {work_dir}/tiny.py' in line for line in lines[:first])
+    assert (work_dir / 'tiny.py').is_file()
+    text = '\n'.join(lines)
+    for noise in ('GPU number', 'nccl', 'paramwise_options', 'Hooks will be executed',
+                  'FileClient', 'creating index', 'point_safely', 'model = dict('):
+        assert noise not in text, noise
+    (log_file,) = work_dir.glob('*/*.log')
+    assert 'Hooks will be executed' in log_file.read_text()
+
+
+def test_test_tool_needs_no_pretrained_file(trained, train_tool, test_tool, tmp_path, capsys):
+    """The tested checkpoint replaces every weight: a missing ImageNet file named by the
+    backbone's init_cfg stops training (one line) but not testing."""
+    options = ['model.backbone.init_cfg.type=Pretrained',
+               f'model.backbone.init_cfg.checkpoint={tmp_path}/imagenet.pth']
+    rc = train_tool.main([trained['config'], '--work-dir', str(tmp_path / 'w'),
+                          '--cfg-options', *options])
+    assert rc == 1
+    lines = stderr_lines(capsys)
+    assert len(lines) == 1 and 'pretrained checkpoint not found' in lines[0]
+    with isolated():
+        rc = test_tool.main([trained['config'], str(trained['work_dir'] / 'iter_4.pth'),
+                             '--work-dir', str(tmp_path / 't'), '--cfg-options', *options,
+                             *unique_names()])
+    assert rc == 0
+
+
+def test_auto_scale_lr(train_tool, tmp_path, capsys):
+    config = write_config(tmp_path)
+    cfg = train_tool.build_config(train_tool.parse_args([config, '--auto-scale-lr', '--cfg-options',
+                                                        'auto_scale_lr.base_batch_size=16']))
+    assert cfg.auto_scale_lr.enable and cfg.auto_scale_lr.base_batch_size == 16
+    rc = train_tool.main([config, '--auto-scale-lr', '--work-dir', str(tmp_path / 'w')])
+    assert rc == 1
+    assert 'auto_scale_lr = dict(base_batch_size=N)' in stderr_lines(capsys)[0]

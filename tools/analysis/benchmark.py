@@ -14,7 +14,7 @@ the network alone). Data loading is not timed. Reported:
   resident set above its level before the loop, with the high-water mark reset
   first so that the model build and warm-up do not hide it
   (``densevit.utils.memory.peak_rss_growth``); the absolute peak is printed beside it.
-  ``tools/analysis/bench_memory.py`` measures single forward passes this way.
+  ``benchmarks/bench_memory.py`` measures single forward passes this way.
 """
 import argparse
 import json

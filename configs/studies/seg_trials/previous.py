@@ -1,6 +1,6 @@
-# Trials behind the segmentation quickstart's recipe (README "Quickstarts"); each file
+# Trials behind the segmentation quickstart's recipe (docs/benchmarks.md); each file
 # changes one thing from the one it inherits. Run one for 5 minutes on one core:
-#   OMP_NUM_THREADS=1 taskset -c 0 python tools/analysis/train_curve.py \
+#   OMP_NUM_THREADS=1 taskset -c 0 python tools/train.py \
 #       configs/studies/seg_trials/previous.py --minutes 5 --eval-every 5
 # This one: the recipe before (128x128, shapes may be cut by the border or half hidden,
 # AdamW 5e-4 with SegFormer's head lr x10, batch 4, decay over 3,000 iterations).
