@@ -20,6 +20,7 @@ from mmengine.logging import print_log
 from pycocotools.coco import COCO
 
 from densevit.registry import DATASETS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 REQUIRED_KEYS = dict(file=('images', 'annotations', 'categories'),
                      image=('id', 'file_name', 'width', 'height'),
@@ -83,7 +84,8 @@ class CocoDataset(BaseDataset):
     Args:
         ann_file (str): annotation JSON, relative to ``data_root`` unless absolute.
         data_root (str): root joined to ``ann_file`` and ``data_prefix``.
-        data_prefix (dict): ``dict(img='train2017/')``: the image folder.
+        data_prefix (dict): ``dict(img='train2017/')``: the image folder; default
+            ``dict(img='')``.
         filter_cfg (dict, optional): ``dict(filter_empty_gt=True, min_size=32)`` drops
             (outside ``test_mode``) images without non-ignored boxes, and images whose
             shorter side is below ``min_size`` pixels. None keeps every image.
@@ -99,8 +101,9 @@ class CocoDataset(BaseDataset):
 
     METAINFO = dict(classes=None)  # read from the annotation file
 
-    def __init__(self, ann_file='', data_root='', data_prefix=dict(img=''), filter_cfg=None,
+    def __init__(self, ann_file='', data_root='', data_prefix=DEFAULT, filter_cfg=None,
                  metainfo=None, **kwargs):
+        data_prefix = resolve_default(data_prefix, dict(img=''))
         super().__init__(ann_file=ann_file, data_root=data_root, data_prefix=data_prefix,
                          filter_cfg=filter_cfg, metainfo=metainfo, **kwargs)
 

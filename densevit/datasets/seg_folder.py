@@ -16,6 +16,7 @@ import os.path as osp
 from mmengine.dataset import BaseDataset
 
 from densevit.registry import DATASETS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 SHOW_FIRST = 5  # names listed in an error about missing files
 
@@ -37,7 +38,8 @@ class SegFolderDataset(BaseDataset):
     Args:
         data_root (str): joined to both folders of ``data_prefix``.
         data_prefix (dict): ``dict(img_path='images/training',
-            seg_map_path='annotations/training')``.
+            seg_map_path='annotations/training')``; default
+            ``dict(img_path='', seg_map_path='')``.
         img_suffix, seg_map_suffix (str): file endings of images and of label maps.
         metainfo (dict): ``dict(classes=(...), palette=[[r, g, b], ...])``; classes
             are required (their count is K), the palette optional.
@@ -55,9 +57,10 @@ class SegFolderDataset(BaseDataset):
 
     METAINFO = dict(classes=None, palette=None)
 
-    def __init__(self, data_root='', data_prefix=dict(img_path='', seg_map_path=''),
-                 img_suffix='.jpg', seg_map_suffix='.png', metainfo=None,
-                 reduce_zero_label=False, ignore_index=255, ann_file='', **kwargs):
+    def __init__(self, data_root='', data_prefix=DEFAULT, img_suffix='.jpg',
+                 seg_map_suffix='.png', metainfo=None, reduce_zero_label=False,
+                 ignore_index=255, ann_file='', **kwargs):
+        data_prefix = resolve_default(data_prefix, dict(img_path='', seg_map_path=''))
         self.img_suffix = img_suffix
         self.seg_map_suffix = seg_map_suffix
         self.reduce_zero_label = reduce_zero_label

@@ -137,7 +137,7 @@ class CocoMetric(BaseMetric):
             boxes = res['bboxes'].astype(np.float64)
             xywh = np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]], axis=1)
             for box, score, label in zip(xywh.tolist(), res['scores'].tolist(),
-                                         res['labels'].tolist()):
+                                         res['labels'].tolist(), strict=True):
                 cat = cat_ids[label] if cat_ids is not None else label + 1
                 dets.append(dict(image_id=res['img_id'], bbox=box, score=float(score),
                                  category_id=int(cat)))

@@ -83,7 +83,8 @@ class DetLocalVisualizer(Visualizer):
         self.draw_bboxes(bboxes, edge_colors=colors, alpha=self.alpha,
                          line_widths=self.line_width)
         texts = [names[label] if scores is None else f'{names[label]}: {score:.2f}'
-                 for label, score in zip(labels, scores if scores is not None else labels)]
+                 for label, score in zip(labels, scores if scores is not None else labels,
+                                         strict=True)]
         font_size = int(max(8, min(14, self._default_font_size * 0.9)))
         self.draw_texts(texts, bboxes[:, :2] + self.line_width, colors=self.text_color,
                         font_sizes=font_size,

@@ -119,7 +119,7 @@ def test_generate_shapes_seg_is_deterministic(tmp_path):
     a = generate_shapes_seg(str(tmp_path / 'a'), 'training', 3, img_size=(32, 40), seed=4)
     b = generate_shapes_seg(str(tmp_path / 'b'), 'training', 3, img_size=(32, 40), seed=4)
     for name in sorted(os.listdir(a[0])):
-        for da, db in zip(a, b):
+        for da, db in zip(a, b, strict=True):
             assert (open(os.path.join(da, name), 'rb').read()
                     == open(os.path.join(db, name), 'rb').read())
     seg = cv2.imread(os.path.join(a[1], '000000.png'), cv2.IMREAD_UNCHANGED)

@@ -129,7 +129,7 @@ def test_dist_test_scores_as_one_process(det):
             preds.append(pickle.load(f))
     assert [p['img_id'] for p in preds[1]] == [p['img_id'] for p in preds[0]] \
         == list(range(1, NUM_VAL + 1))
-    for a, b in zip(*preds):
+    for a, b in zip(*preds, strict=True):
         torch.testing.assert_close(b['pred_instances']['bboxes'], a['pred_instances']['bboxes'])
         torch.testing.assert_close(b['pred_instances']['scores'], a['pred_instances']['scores'])
 

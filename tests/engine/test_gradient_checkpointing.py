@@ -45,5 +45,5 @@ def test_with_cp_matches_plain_backward(name):
         grads[-1].append(torch.stack([o.sum() for o in outs]).detach())
     # checkpointed blocks keep their activations out of the graph (recomputed instead)
     assert saved[1] < saved[0]
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

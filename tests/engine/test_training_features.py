@@ -58,7 +58,7 @@ def test_gradient_accumulation_equals_one_larger_batch():
             before = models[0].weight.detach().clone()
             accumulated, whole = (build_optim_wrapper(m, dict(
                 type=wrapper_type, optimizer=dict(type='SGD', lr=0.1), accumulative_counts=n))
-                for m, n in zip(models, (2, 1)))
+                for m, n in zip(models, (2, 1), strict=True))
             accumulated.initialize_count_status(models[0], 0, 2)
             for i in range(2):
                 with accumulated.optim_context(models[0]):
@@ -68,7 +68,7 @@ def test_gradient_accumulation_equals_one_larger_batch():
                 loss = nn.functional.mse_loss(models[1](x).float(), y)
             whole.update_params(loss)
             assert not torch.allclose(models[0].weight, before)  # the accumulated step happened
-            for a, b in zip(models[0].parameters(), models[1].parameters()):
+            for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
                 torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 

@@ -82,10 +82,11 @@ def reference_stats(ann_file, preds, cat_ids=None):
     dets = []
     for img_id, p in preds.items():
         b = p['bboxes'].numpy().astype(np.float64)
-        for box, s, l in zip(b.tolist(), p['scores'].numpy().tolist(), p['labels'].tolist()):
-            if l >= len(ids):
+        for box, s, label in zip(b.tolist(), p['scores'].numpy().tolist(),
+                                 p['labels'].tolist(), strict=True):
+            if label >= len(ids):
                 continue
-            dets.append(dict(image_id=img_id, category_id=ids[l], score=s,
+            dets.append(dict(image_id=img_id, category_id=ids[label], score=s,
                              bbox=[box[0], box[1], box[2] - box[0], box[3] - box[1]]))
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO(ann_file)
@@ -96,7 +97,7 @@ def reference_stats(ann_file, preds, cat_ids=None):
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
-    return dict(zip(KEYS, ev.stats[:6].tolist()))
+    return dict(zip(KEYS, ev.stats[:6].tolist(), strict=True))
 
 
 @pytest.fixture

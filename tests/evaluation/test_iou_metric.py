@@ -38,7 +38,7 @@ def test_hand_computed_3x3():
     acc = [1 / 2, 3 / 4, 2 / 2]
     dice = [2 * 1 / 4, 2 * 3 / 7, 2 * 2 / 5]
     precision = [1 / 2, 3 / 3, 2 / 3]
-    fscore = [2 * p * r / (p + r) for p, r in zip(precision, acc)]
+    fscore = [2 * p * r / (p + r) for p, r in zip(precision, acc, strict=True)]
     expected = dict(aAcc=6 / 8, mIoU=np.mean(iou), mAcc=np.mean(acc), mDice=np.mean(dice),
                     mPrecision=np.mean(precision), mRecall=np.mean(acc), mFscore=np.mean(fscore))
     assert set(out) == set(expected)
@@ -50,7 +50,7 @@ def brute_force(pairs, num_classes, ignore_index=255):
     """Pixel-by-pixel counting in plain Python, summed over images."""
     inter, pred_area, label_area = ([0] * num_classes for _ in range(3))
     for pred, label in pairs:
-        for p, g in zip(np.ravel(pred).tolist(), np.ravel(label).tolist()):
+        for p, g in zip(np.ravel(pred).tolist(), np.ravel(label).tolist(), strict=True):
             if g == ignore_index:
                 continue
             pred_area[p] += 1

@@ -68,7 +68,7 @@ def test_gradients_match_reference():
     g = torch.randn(1, 2, 6, dtype=torch.float64)
     (multi_scale_deformable_attn(leaves[0], shapes, leaves[1], leaves[2]) * g).sum().backward()
     (_reference(ref_leaves[0], shapes.tolist(), ref_leaves[1], ref_leaves[2]) * g).sum().backward()
-    for a, b in zip(leaves, ref_leaves):
+    for a, b in zip(leaves, ref_leaves, strict=True):
         assert (a.grad - b.grad).abs().max() <= 1e-8
 
 

@@ -28,6 +28,7 @@ from densevit.models.layers.relative_position import (
 )
 from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
 from densevit.registry import MODELS
+from densevit.utils.defaults import DEFAULT
 
 TINY = dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32)
 COMBOS = [('none', None)] + [(t, p) for t in ('learned_1d', 'learned_2d', 'sincos_2d')
@@ -35,7 +36,9 @@ COMBOS = [('none', None)] + [(t, p) for t in ('learned_1d', 'learned_2d', 'sinco
          [('relative', 'every_layer'), ('relative', 'every_layer_shared')]
 
 
-def _vit(pos_embed=dict(type='learned_1d', placement='stem'), **kwargs):
+def _vit(pos_embed=DEFAULT, **kwargs):
+    """A tiny ViT; ``pos_embed`` left out is VisionTransformer's default
+    (``dict(type='learned_1d', placement='stem')``)."""
     cfg = dict(arch=TINY, img_size=16, patch_size=4, pos_embed=pos_embed)
     cfg.update(kwargs)
     model = VisionTransformer(**cfg)

@@ -12,7 +12,7 @@ def batch(shapes, labels=True):
     samples = [DataSample(metainfo=dict(img_shape=(h, w), img_path=f'{i}.png'))
                for i, (h, w) in enumerate(shapes)]
     if labels:
-        for s, (h, w) in zip(samples, shapes):
+        for s, (h, w) in zip(samples, shapes, strict=True):
             s.gt_sem_seg = PixelData(data=torch.ones(1, h, w, dtype=torch.long))
     return dict(inputs=inputs, data_samples=samples)
 
@@ -24,7 +24,7 @@ def test_training_pads_to_size_and_labels_with_255():
     assert x.shape == (2, 3, 8, 12) and x.dtype == torch.float32
     assert (x[0, :, :5, :6] == 0).all()  # (10 - 10) / 2
     assert (x[0, :, 5:] == -7).all() and (x[0, :, :, 6:] == -7).all()
-    for ds, (h, w) in zip(out['data_samples'], [(5, 6), (7, 4)]):
+    for ds, (h, w) in zip(out['data_samples'], [(5, 6), (7, 4)], strict=True):
         seg = ds.gt_sem_seg.data
         assert seg.shape == (1, 8, 12)
         assert (seg[:, :h, :w] == 1).all()

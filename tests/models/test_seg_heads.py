@@ -31,7 +31,7 @@ def _samples(labels):
 
 def _pyramid(B=2, channels=(8, 16, 24, 32), size=32):
     return tuple(torch.randn(B, c, size // s, size // s)
-                 for c, s in zip(channels, (4, 8, 16, 32)))
+                 for c, s in zip(channels, (4, 8, 16, 32), strict=True))
 
 
 # ------------------------------------------------------------------- loss
@@ -121,7 +121,7 @@ def test_segformer_head_equals_project_upsample_concat_fuse(norm_cfg):
         size = feats[0].shape[-2:]
         ups = [torch.nn.functional.interpolate(proj(x), size=size, mode='bilinear',
                                                align_corners=False)
-               for proj, x in zip(head.linear_projs, feats)]
+               for proj, x in zip(head.linear_projs, feats, strict=True)]
         return head.cls_seg(head.fuse(torch.cat(ups[::-1], dim=1)))
 
     outs, grads = [], []

@@ -16,6 +16,7 @@ from densevit.checkpoint.load import loads_pretrained
 from densevit.checkpoint.resnet import convert_resnet
 from densevit.models.layers import frozen_bn  # noqa: F401  registers norm type 'FrozenBN'
 from densevit.registry import MODELS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 from .freeze import freeze
 
@@ -25,13 +26,17 @@ def _norm(norm_cfg, channels):
 
 
 class BasicBlock(nn.Module):
-    """Two 3x3 convolutions (ResNet-18/34). Shapes: [B, Cin, H, W] -> [B, planes, H/s, W/s]."""
+    """Two 3x3 convolutions (ResNet-18/34). Shapes: [B, Cin, H, W] -> [B, planes, H/s, W/s].
+
+    ``norm_cfg`` default: ``dict(type='BN')`` (:class:`ResNet` passes its own).
+    """
 
     expansion = 1
 
     def __init__(self, inplanes, planes, stride=1, dilation=1, downsample=None,
-                 norm_cfg=dict(type='BN'), style='pytorch'):
+                 norm_cfg=DEFAULT, style='pytorch'):
         super().__init__()
+        norm_cfg = resolve_default(norm_cfg, dict(type='BN'))
         self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, padding=dilation, dilation=dilation,
                                bias=False)
         self.bn1 = _norm(norm_cfg, planes)
@@ -53,14 +58,16 @@ class Bottleneck(nn.Module):
 
     ``style='pytorch'`` strides the 3x3 convolution (torchvision, DETR, "ResNet
     v1.5"); ``'caffe'`` strides the first 1x1 (the original paper).
+    ``norm_cfg`` default: ``dict(type='BN')`` (:class:`ResNet` passes its own).
     Shapes: [B, Cin, H, W] -> [B, 4*planes, H/s, W/s].
     """
 
     expansion = 4
 
     def __init__(self, inplanes, planes, stride=1, dilation=1, downsample=None,
-                 norm_cfg=dict(type='BN'), style='pytorch'):
+                 norm_cfg=DEFAULT, style='pytorch'):
         super().__init__()
+        norm_cfg = resolve_default(norm_cfg, dict(type='BN'))
         s1, s3 = (1, stride) if style == 'pytorch' else (stride, 1)
         self.conv1 = nn.Conv2d(inplanes, planes, 1, s1, bias=False)
         self.bn1 = _norm(norm_cfg, planes)
@@ -98,7 +105,7 @@ class ResNet(BaseModule):
             torchvision's ``replace_stride_with_dilation=[False, False, True]``.
         frozen_stages (int): -1 trains all; 0 freezes the stem; k freezes the
             stem and stages 1..k (DETR: 1). Frozen parts stay in eval mode.
-        norm_cfg (dict): ``dict(type='FrozenBN')`` (detection default) or
+        norm_cfg (dict): default ``dict(type='FrozenBN')`` (detection), or
             ``dict(type='BN')`` ...
         norm_eval (bool): keep BatchNorm layers in eval mode while training
             (use running statistics, do not update them).
@@ -124,9 +131,10 @@ class ResNet(BaseModule):
 
     def __init__(self, depth=50, in_channels=3, base_channels=64, out_indices=(3,),
                  strides=(1, 2, 2, 2), dilations=(1, 1, 1, 1), frozen_stages=-1,
-                 norm_cfg=dict(type='FrozenBN'), norm_eval=False, style='pytorch',
+                 norm_cfg=DEFAULT, norm_eval=False, style='pytorch',
                  stage_blocks=None, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
+        norm_cfg = resolve_default(norm_cfg, dict(type='FrozenBN'))
         if depth not in self.arch_settings:
             raise KeyError(f'Unsupported ResNet depth {depth}; choose from '
                            f'{sorted(self.arch_settings)}')

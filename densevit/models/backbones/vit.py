@@ -20,6 +20,7 @@ from densevit.models.layers.pos_embed_builder import (
 )
 from densevit.models.layers.vit_block import TransformerEncoderLayer
 from densevit.registry import MODELS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 from .freeze import freeze
 
@@ -82,8 +83,9 @@ class VisionTransformer(BaseModule):
             placement='every_layer_shared')``; see
             :mod:`densevit.models.layers.pos_embed_builder` for the types
             (none, learned_1d, learned_2d, sincos_2d, relative) and placements
-            (stem, every_layer, every_layer_shared). The default,
-            ``learned_1d`` at the stem, is timm's layout (``pos_embed.weight``).
+            (stem, every_layer, every_layer_shared); None is ``'none'``. The
+            default, ``dict(type='learned_1d', placement='stem')``, is timm's
+            layout (``pos_embed.weight``).
             A per-layer placement makes ``pos_embed`` a ModuleList
             (``pos_embed.{i}.*``, table i used before / inside layer i).
         stem (dict, optional): a CNN backbone config (e.g. ``dict(type='ResNet',
@@ -106,9 +108,10 @@ class VisionTransformer(BaseModule):
     def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
                  with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0., qkv_bias=True, final_norm=True,
-                 interpolate_mode='bicubic', pos_embed=dict(type='learned_1d', placement='stem'),
+                 interpolate_mode='bicubic', pos_embed=DEFAULT,
                  stem=None, frozen_stages=-1, with_cp=False, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
+        pos_embed = resolve_default(pos_embed, dict(type='learned_1d', placement='stem'))
         self.with_cp = with_cp
         setting = _arch_setting(arch)
         self.embed_dims = D = setting['embed_dims']

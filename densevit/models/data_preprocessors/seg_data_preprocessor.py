@@ -55,7 +55,9 @@ class SegDataPreprocessor(ImgDataPreprocessor):
             inputs = F.pad(inputs, (0, tw - W, 0, th - H), value=self.pad_value)
             data['inputs'] = inputs
         shape = tuple(inputs.shape[-2:])
-        for ds, img_shape in zip(data_samples or (), image_shapes):
+        # one DataSample per image; without any (None / []) there is nothing to annotate
+        for ds, img_shape in zip(data_samples or (), image_shapes if data_samples else (),
+                                 strict=True):
             ds.set_metainfo(dict(batch_input_shape=shape, pad_shape=shape))
             if training and 'gt_sem_seg' in ds:
                 ds.gt_sem_seg = self._pad_label(ds, img_shape, shape)

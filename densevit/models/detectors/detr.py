@@ -56,7 +56,7 @@ class DETR(BaseModel):
         mask = torch.zeros(B, H, W, dtype=torch.bool, device=inputs.device)
         if data_samples is not None:
             mask[:] = True
-            for m, ds in zip(mask, data_samples):
+            for m, ds in zip(mask, data_samples, strict=True):
                 h, w = ds.metainfo.get('img_shape', (H, W))[:2]
                 m[:h, :w] = False
         return mask
@@ -70,7 +70,7 @@ class DETR(BaseModel):
             return self.bbox_head.loss(feat, mask, data_samples)
         if mode == 'predict':
             results = self.bbox_head.predict(feat, mask, data_samples)
-            for ds, pred in zip(data_samples, results):
+            for ds, pred in zip(data_samples, results, strict=True):
                 ds.pred_instances = pred
             return data_samples
         if mode == 'tensor':

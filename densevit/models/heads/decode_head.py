@@ -14,6 +14,7 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from densevit.registry import MODELS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 
 def class_argmax(logits, dim):
@@ -62,13 +63,15 @@ class DecodeHead(BaseModule):
         in_index (int | Sequence[int]): which maps of the input tuple to read.
         dropout_ratio (float): ``Dropout2d`` before the classifier (whole
             channels dropped, which is what helps on spatially correlated maps).
-        norm_cfg (dict | None): norm of the head's ConvModules (``BN``;
-            ``SyncBN`` for multi-process training).
-        act_cfg (dict | None): activation of the head's ConvModules.
+        norm_cfg (dict | None): norm of the head's ConvModules (default
+            ``dict(type='BN')``; ``SyncBN`` for multi-process training; None: no norm).
+        act_cfg (dict | None): activation of the head's ConvModules (default
+            ``dict(type='ReLU')``; None: no activation).
         align_corners (bool): for every bilinear resize in the head and loss.
         ignore_index (int): label value excluded from loss and accuracy.
         loss_decode (dict | Sequence[dict]): loss config(s) from ``MODELS``;
-            losses that share a ``loss_name`` are summed.
+            losses that share a ``loss_name`` are summed. Default
+            ``dict(type='CrossEntropyLoss', loss_weight=1.0)``.
         init_cfg (dict | list, optional): default: ``conv_seg`` ~ N(0, 0.01),
             so the initial prediction is near-uniform.
 
@@ -77,10 +80,11 @@ class DecodeHead(BaseModule):
     """
 
     def __init__(self, in_channels, channels, num_classes, in_index=-1, dropout_ratio=0.1,
-                 norm_cfg=dict(type='BN'), act_cfg=dict(type='ReLU'), align_corners=False,
-                 ignore_index=255,
-                 loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0),
-                 init_cfg=None):
+                 norm_cfg=DEFAULT, act_cfg=DEFAULT, align_corners=False, ignore_index=255,
+                 loss_decode=DEFAULT, init_cfg=None):
+        norm_cfg = resolve_default(norm_cfg, dict(type='BN'))
+        act_cfg = resolve_default(act_cfg, dict(type='ReLU'))
+        loss_decode = resolve_default(loss_decode, dict(type='CrossEntropyLoss', loss_weight=1.0))
         if init_cfg is None:
             init_cfg = dict(type='Normal', std=0.01, override=dict(name='conv_seg'))
         super().__init__(init_cfg=init_cfg)

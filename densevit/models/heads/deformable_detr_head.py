@@ -21,6 +21,7 @@ from densevit.models.layers.deformable_detr_transformer import (
 from densevit.models.layers.mlp import MLP
 from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
 from densevit.registry import MODELS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 from .denoising import DenoisingQueries
 from .detr_head import DETRHead, boxes_to_pixels
@@ -37,10 +38,11 @@ class DeformableDETRHead(DETRHead):
         embed_dims (int): D (256). num_queries (int): 300.
         num_feature_levels (int): L (4); levels beyond ``len(in_channels)`` are made by
             3×3 stride-2 convolutions (the first from the last input map).
-        transformer (dict): kwargs of :class:`DeformableDetrTransformer`.
+        transformer (dict): kwargs of :class:`DeformableDetrTransformer` (default ``dict()``).
         positional_encoding (dict): kwargs of :class:`SinePositionalEncoding2D`
-            (default: normalised, offset −0.5, as Deformable DETR).
-        criterion (dict): a ``SetCriterion`` config (``use_focal=True`` for the paper).
+            (default ``dict()``: normalised, offset −0.5, as Deformable DETR).
+        criterion (dict): a ``SetCriterion`` config (default
+            ``dict(type='SetCriterion', use_focal=True)``, as the paper).
         with_box_refine (bool): iterative bounding box refinement (§4.2), one class/box
             predictor per decoder layer; otherwise one shared predictor.
         as_two_stage (bool): two-stage Deformable DETR (needs ``with_box_refine``): every
@@ -56,11 +58,13 @@ class DeformableDETRHead(DETRHead):
     """
 
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=300,
-                 num_feature_levels=4, transformer=dict(), positional_encoding=dict(),
-                 criterion=dict(type='SetCriterion', use_focal=True), aux_loss=True,
-                 with_box_refine=False, as_two_stage=False, num_dets=100, norm_groups=32,
-                 dn_cfg=None, init_cfg=None):
+                 num_feature_levels=4, transformer=DEFAULT, positional_encoding=DEFAULT,
+                 criterion=DEFAULT, aux_loss=True, with_box_refine=False, as_two_stage=False,
+                 num_dets=100, norm_groups=32, dn_cfg=None, init_cfg=None):
         BaseModule.__init__(self, init_cfg)  # DETRHead's own layers are not built
+        transformer = resolve_default(transformer, dict())
+        positional_encoding = resolve_default(positional_encoding, dict())
+        criterion = resolve_default(criterion, dict(type='SetCriterion', use_focal=True))
         in_channels = list(in_channels) if isinstance(in_channels, (list, tuple)) \
             else [in_channels]
         self.num_classes, self.num_queries, self.aux_loss = num_classes, num_queries, aux_loss
@@ -190,7 +194,7 @@ class DeformableDETRHead(DETRHead):
             bbox_embed=self.bbox_embed if self.with_box_refine else None,
             self_attn_mask=attn_mask)
         logits, boxes = [], []
-        for i, (h, ref) in enumerate(zip(hs, refs)):
+        for i, (h, ref) in enumerate(zip(hs, refs, strict=True)):
             logits.append(self._layer(self.class_embed, i)(h))
             delta = self._layer(self.bbox_embed, i)(h)
             ref = inverse_sigmoid(ref)

@@ -14,6 +14,7 @@ from densevit.models.layers.mlp import MLP
 from densevit.models.layers.pos_embed_builder import build_position_embedding
 from densevit.registry import MODELS
 from densevit.structures import box_cxcywh_to_xyxy, box_xyxy_to_cxcywh
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 from ..losses.set_criterion import num_boxes_across_ranks
 from .denoising import DenoisingQueries
@@ -43,12 +44,13 @@ class DETRHead(BaseModule):
         in_channels (int): channels of the feature map from the backbone / neck.
         embed_dims (int): transformer width (DETR: 256).
         num_queries (int): learned object queries (100).
-        transformer (dict): kwargs of :class:`DetrTransformer`.
+        transformer (dict): kwargs of :class:`DetrTransformer` (default ``dict()``).
         positional_encoding (dict): a position-family config of type ``sine_2d``
             (the default; the only type that encodes a padding mask) with the
             kwargs of :class:`SinePositionalEncoding2D`; ``num_feats`` defaults
-            to ``embed_dims // 2``.
-        criterion (dict): a ``SetCriterion`` config (``num_classes`` is filled in).
+            to ``embed_dims // 2``. Default ``dict()``: normalised ``sine_2d``.
+        criterion (dict): a ``SetCriterion`` config (``num_classes`` is filled in);
+            default ``dict(type='SetCriterion')``.
         aux_loss (bool): the same losses on every decoder layer, not only the last.
         dn_cfg (dict | None): denoising training (kwargs of
             :class:`~densevit.models.heads.denoising.DenoisingQueries`, e.g.
@@ -59,10 +61,12 @@ class DETRHead(BaseModule):
     """
 
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=100,
-                 transformer=dict(), positional_encoding=dict(),
-                 criterion=dict(type='SetCriterion'), aux_loss=True, dn_cfg=None,
-                 init_cfg=None):
+                 transformer=DEFAULT, positional_encoding=DEFAULT, criterion=DEFAULT,
+                 aux_loss=True, dn_cfg=None, init_cfg=None):
         super().__init__(init_cfg)
+        transformer = resolve_default(transformer, dict())
+        positional_encoding = resolve_default(positional_encoding, dict())
+        criterion = resolve_default(criterion, dict(type='SetCriterion'))
         self.num_classes = num_classes
         self.num_queries = num_queries
         self.aux_loss = aux_loss
@@ -176,7 +180,7 @@ class DETRHead(BaseModule):
         out = self(feat, mask, data_samples)
         logits, boxes = out['pred_logits'][-1], out['pred_boxes'][-1]
         return [self.postprocess(lg, bx, ds.metainfo, rescale)
-                for lg, bx, ds in zip(logits, boxes, data_samples)]
+                for lg, bx, ds in zip(logits, boxes, data_samples, strict=True)]
 
     def postprocess(self, logits, boxes, meta, rescale=True):
         """logits [Q, K+1], boxes [Q, 4] normalized cxcywh -> InstanceData in pixels."""

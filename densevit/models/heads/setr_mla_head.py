@@ -63,5 +63,5 @@ class SETRMLAHead(DecodeHead):
         size = [int(s * self.up_scale) for s in inputs[0].shape[-2:]]
         outs = [F.interpolate(branch(x), size=size, mode='bilinear',
                               align_corners=self.align_corners)
-                for branch, x in zip(self.branches, inputs)]
+                for branch, x in zip(self.branches, inputs, strict=True)]
         return self.cls_seg(torch.cat(outs, dim=1))

@@ -4,6 +4,7 @@ from mmcv.cnn import ConvModule, build_norm_layer
 from torch import nn
 
 from densevit.registry import MODELS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 from .decode_head import DecodeHead
 
@@ -38,7 +39,7 @@ class SETRUPHead(DecodeHead):
     SETR-MLA (mmseg's ``FCNHead(num_convs=0)``) on the 256-wide MLA maps.
 
     Args:
-        norm_layer (dict | None): token norm on the input, e.g.
+        norm_layer (dict | None): token norm on the input; default
             ``dict(type='LN', eps=1e-6)``; None skips it.
         num_convs (int): conv + upsample stages (0: classifier only).
         up_scale (int): bilinear upsampling factor after each conv (1: none).
@@ -50,8 +51,9 @@ class SETRUPHead(DecodeHead):
         inputs[in_index]: [B, C, h, w] -> logits [B, K, h * up_scale**num_convs, w * ...].
     """
 
-    def __init__(self, norm_layer=dict(type='LN', eps=1e-6), num_convs=1, up_scale=4,
-                 kernel_size=1, init_cfg=None, **kwargs):
+    def __init__(self, norm_layer=DEFAULT, num_convs=1, up_scale=4, kernel_size=1,
+                 init_cfg=None, **kwargs):
+        norm_layer = resolve_default(norm_layer, dict(type='LN', eps=1e-6))
         if init_cfg is None:
             init_cfg = [dict(type='Constant', val=1.0, bias=0, layer='LayerNorm'),
                         dict(type='Normal', std=0.01, override=dict(name='conv_seg'))]

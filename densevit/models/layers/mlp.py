@@ -12,7 +12,8 @@ class MLP(nn.Module):
     def __init__(self, in_dims, hidden_dims, out_dims, num_layers):
         super().__init__()
         dims = [in_dims] + [hidden_dims] * (num_layers - 1)
-        self.layers = nn.ModuleList(nn.Linear(i, o) for i, o in zip(dims, dims[1:] + [out_dims]))
+        self.layers = nn.ModuleList(nn.Linear(i, o)
+                                    for i, o in zip(dims, dims[1:] + [out_dims], strict=True))
 
     def forward(self, x):
         for i, layer in enumerate(self.layers):

@@ -42,7 +42,8 @@ class PatchEmbed(nn.Module):
         multiple of the patch size, so a remainder means a misconfiguration.
         """
         out = []
-        for size, k, s, p in zip(input_hw, self.patch_size, self.stride, self.padding):
+        for size, k, s, p in zip(input_hw, self.patch_size, self.stride, self.padding,
+                                 strict=True):
             span = size + 2 * p - k
             if span < 0 or span % s != 0:
                 raise ValueError(

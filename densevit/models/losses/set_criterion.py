@@ -6,6 +6,7 @@ from torch import nn
 
 from densevit.registry import MODELS, TASK_UTILS
 from densevit.structures import box_cxcywh_to_xyxy, generalized_box_iou
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 
 def num_boxes_across_ranks(targets, device):
@@ -38,8 +39,9 @@ class SetCriterion(nn.Module):
 
     Args:
         num_classes (int): K.
-        matcher (dict): a ``TASK_UTILS`` config, e.g. ``HungarianMatcher``.
-        loss_weights (dict): ``loss_cls``, ``loss_bbox``, ``loss_iou`` (DETR: 1, 5, 2).
+        matcher (dict): a ``TASK_UTILS`` config; default ``dict(type='HungarianMatcher')``.
+        loss_weights (dict): ``loss_cls``, ``loss_bbox``, ``loss_iou``; default DETR's
+            ``dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0)``.
         no_object_weight (float): class weight of "no object" (0.1).
         use_focal (bool): sigmoid focal loss over K logits instead (Deformable DETR;
             ``pred_logits`` [B, Q, K], "no object" = all-zero target), summed over
@@ -47,10 +49,12 @@ class SetCriterion(nn.Module):
         focal_alpha, focal_gamma (float): focal loss α (0.25) and γ (2).
     """
 
-    def __init__(self, num_classes, matcher=dict(type='HungarianMatcher'),
-                 loss_weights=dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0),
+    def __init__(self, num_classes, matcher=DEFAULT, loss_weights=DEFAULT,
                  no_object_weight=0.1, use_focal=False, focal_alpha=0.25, focal_gamma=2.0):
         super().__init__()
+        matcher = resolve_default(matcher, dict(type='HungarianMatcher'))
+        loss_weights = resolve_default(loss_weights,
+                                       dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0))
         self.num_classes = num_classes
         self.use_focal = use_focal
         self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
@@ -81,7 +85,7 @@ class SetCriterion(nn.Module):
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64,
                                     device=logits.device)
         target_classes[batch_idx, src_idx] = torch.cat(
-            [t['labels'][j] for t, (_, j) in zip(targets, indices)]).to(logits.device)
+            [t['labels'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(logits.device)
         if self.use_focal:
             onehot = F.one_hot(target_classes, self.num_classes + 1)[..., :-1].to(logits.dtype)
             loss_cls = sigmoid_focal_loss(logits.float(), onehot.float(), self.focal_alpha,
@@ -91,7 +95,8 @@ class SetCriterion(nn.Module):
                                        self.class_weight.to(logits.device))
 
         src_boxes = boxes[batch_idx, src_idx].float()
-        tgt_boxes = torch.cat([t['boxes'][j] for t, (_, j) in zip(targets, indices)]).to(src_boxes)
+        tgt_boxes = torch.cat(
+            [t['boxes'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(src_boxes)
         loss_bbox = F.l1_loss(src_boxes, tgt_boxes, reduction='sum') / num_boxes
         giou = torch.diag(generalized_box_iou(box_cxcywh_to_xyxy(src_boxes),
                                               box_cxcywh_to_xyxy(tgt_boxes)))

@@ -5,6 +5,7 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from densevit.registry import MODELS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 
 @MODELS.register_module()
@@ -27,7 +28,8 @@ class MLANeck(BaseModule):
     Args:
         in_channels (Sequence[int]): channels of each input level.
         out_channels (int): width of every output level.
-        norm_layer (dict | None): token norm per level (LayerNorm over C).
+        norm_layer (dict | None): token norm per level (LayerNorm over C); default
+            ``dict(type='LN', eps=1e-6)``; None: no norm.
         norm_cfg (dict | None): norm of the 1x1 / 3x3 ConvModules.
         act_cfg (dict | None): activation of the ConvModules.
         init_cfg (dict, optional): mmengine init config.
@@ -40,9 +42,9 @@ class MLANeck(BaseModule):
     """
 
     def __init__(self, in_channels=(1024, 1024, 1024, 1024), out_channels=256,
-                 norm_layer=dict(type='LN', eps=1e-6), norm_cfg=None, act_cfg=None,
-                 init_cfg=None):
+                 norm_layer=DEFAULT, norm_cfg=None, act_cfg=None, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
+        norm_layer = resolve_default(norm_layer, dict(type='LN', eps=1e-6))
         self.in_channels = list(in_channels)
         self.out_channels = [out_channels] * len(self.in_channels)
         self.norms = nn.ModuleList(
@@ -68,11 +70,11 @@ class MLANeck(BaseModule):
             raise ValueError(f'MLANeck expects {len(self.in_channels)} levels, '
                              f'got {len(inputs)}')
         laterals = [conv(self._token_norm(norm, x))
-                    for x, norm, conv in zip(inputs, self.norms, self.lateral_convs)]
+                    for x, norm, conv in zip(inputs, self.norms, self.lateral_convs, strict=True)]
         for i in range(len(laterals) - 2, -1, -1):  # top-down: S_i = P_i + S_{i+1}
             deeper = laterals[i + 1]
             if deeper.shape[-2:] != laterals[i].shape[-2:]:
                 deeper = F.interpolate(deeper, size=laterals[i].shape[-2:], mode='bilinear',
                                        align_corners=False)
             laterals[i] = laterals[i] + deeper
-        return tuple(conv(x) for conv, x in zip(self.out_convs, laterals))
+        return tuple(conv(x) for conv, x in zip(self.out_convs, laterals, strict=True))

@@ -18,6 +18,7 @@ from torch import nn
 
 from densevit.models.layers import layer_norm_2d  # noqa: F401  registers norm type 'LN2d'
 from densevit.registry import MODELS
+from densevit.utils.defaults import DEFAULT, resolve_default
 
 
 def _resample(scale, channels, norm_cfg):
@@ -50,8 +51,8 @@ class SimpleFeaturePyramid(BaseModule):
         in_index (int): which backbone output to read (-1: the last).
         in_stride (int): stride of that map (16 for a /16 ViT), for ``out_strides``.
         norm_cfg (dict | None): norm after the convs and between the two 4x
-            deconvs; ``LN2d`` (channel LayerNorm) as ViTDet. None: no norm, convs
-            get biases.
+            deconvs; default ``dict(type='LN2d', eps=1e-6)`` (channel LayerNorm) as
+            ViTDet. None: no norm, convs get biases.
 
     Attributes:
         out_channels (list[int]), out_strides (list[int]): one per output.
@@ -63,8 +64,9 @@ class SimpleFeaturePyramid(BaseModule):
     """
 
     def __init__(self, in_channels=768, out_channels=256, scale_factors=(4.0, 2.0, 1.0, 0.5),
-                 in_index=-1, in_stride=16, norm_cfg=dict(type='LN2d', eps=1e-6), init_cfg=None):
+                 in_index=-1, in_stride=16, norm_cfg=DEFAULT, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
+        norm_cfg = resolve_default(norm_cfg, dict(type='LN2d', eps=1e-6))
         self.in_index = in_index
         self.scale_factors = tuple(float(s) for s in scale_factors)
         self.resample = nn.ModuleList()
@@ -96,4 +98,4 @@ class SimpleFeaturePyramid(BaseModule):
         """See class docstring."""
         x = inputs if torch.is_tensor(inputs) else inputs[self.in_index]
         return tuple(out(lat(res(x))) for res, lat, out in
-                     zip(self.resample, self.lateral_convs, self.output_convs))
+                     zip(self.resample, self.lateral_convs, self.output_convs, strict=True))
