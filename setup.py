@@ -19,8 +19,9 @@ setup(
     python_requires='>=3.10',
     install_requires=requirements,
     # transformers: the reference implementations the weight converters are proven against
+    # ruff: the lint .ci/run runs (pinned: new releases add rules)
     extras_require={'tests': ['pytest>=7', 'transformers>=4.40,<6', 'safetensors>=0.4',
-                              'tensorboard>=2.10'],
+                              'tensorboard>=2.10', 'ruff==0.17.6'],
                     # tools/train.py --tensorboard (mmengine's TensorboardVisBackend)
                     'tensorboard': ['tensorboard>=2.10']},
 )
