@@ -21,7 +21,8 @@ def class_palette(num_classes):
     return colors
 
 
-def _numpy(x):
+def to_numpy(x):
+    """A tensor (any device) or array-like as a numpy array."""
     return x.detach().cpu().numpy() if hasattr(x, 'detach') else np.asarray(x)
 
 
@@ -64,9 +65,9 @@ class DetLocalVisualizer(Visualizer):
         self.set_image(image)
         if instances is None or 'bboxes' not in instances or len(instances.bboxes) == 0:
             return self.get_image()
-        bboxes = _numpy(instances.bboxes).astype(np.float64).reshape(-1, 4)
-        labels = _numpy(instances.labels).astype(np.int64).reshape(-1)
-        scores = _numpy(instances.scores).reshape(-1) if 'scores' in instances else None
+        bboxes = to_numpy(instances.bboxes).astype(np.float64).reshape(-1, 4)
+        labels = to_numpy(instances.labels).astype(np.int64).reshape(-1)
+        scores = to_numpy(instances.scores).reshape(-1) if 'scores' in instances else None
         if score_thr is not None and scores is not None:
             keep = scores >= score_thr
             bboxes, labels, scores = bboxes[keep], labels[keep], scores[keep]

@@ -6,11 +6,7 @@ from mmengine.dist import master_only
 from mmengine.visualization import Visualizer
 
 from densevit.registry import VISUALIZERS
-from densevit.visualization.det_visualizer import class_palette
-
-
-def _numpy(x):
-    return x.detach().cpu().numpy() if hasattr(x, 'detach') else np.asarray(x)
+from densevit.visualization.det_visualizer import class_palette, to_numpy
 
 
 @VISUALIZERS.register_module()
@@ -48,7 +44,7 @@ class SegLocalVisualizer(Visualizer):
         Returns:
             np.ndarray: the drawn HWC RGB uint8 image.
         """
-        labels = _numpy(getattr(sem_seg, 'data', sem_seg))
+        labels = to_numpy(getattr(sem_seg, 'data', sem_seg))
         labels = labels.reshape(labels.shape[-2:]).astype(np.int64)
         h, w = image.shape[:2]
         if labels.shape != (h, w):

@@ -8,6 +8,13 @@ from densevit.registry import TRANSFORMS
 from densevit.structures import DataSample
 
 
+def image_to_tensor(img):
+    """An ``[H, W, C]`` (or ``[H, W]``) image array as a ``[C, H, W]`` tensor, same dtype."""
+    if img.ndim == 2:
+        img = img[..., None]
+    return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+
+
 @TRANSFORMS.register_module()
 class PackDetInputs(BaseTransform):
     """Pack ``img`` and the ``gt_*`` arrays into a tensor and a :class:`DataSample`.
@@ -28,10 +35,7 @@ class PackDetInputs(BaseTransform):
         self.meta_keys = tuple(meta_keys)
 
     def transform(self, results):
-        img = results['img']
-        if img.ndim == 2:
-            img = img[..., None]
-        inputs = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+        inputs = image_to_tensor(results['img'])
 
         sample = DataSample()
         if 'gt_bboxes' in results:

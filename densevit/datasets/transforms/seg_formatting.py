@@ -7,6 +7,8 @@ from mmengine.structures import PixelData
 from densevit.registry import TRANSFORMS
 from densevit.structures import DataSample
 
+from .formatting import image_to_tensor
+
 
 @TRANSFORMS.register_module()
 class PackSegInputs(BaseTransform):
@@ -26,10 +28,7 @@ class PackSegInputs(BaseTransform):
         self.meta_keys = tuple(meta_keys)
 
     def transform(self, results):
-        img = results['img']
-        if img.ndim == 2:
-            img = img[..., None]
-        inputs = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+        inputs = image_to_tensor(results['img'])
         sample = DataSample()
         if results.get('gt_seg_map') is not None:
             seg = np.ascontiguousarray(results['gt_seg_map']).astype(np.int64)

@@ -15,6 +15,7 @@ from densevit.models.layers.swin_block import SwinStage
 from densevit.registry import MODELS
 
 from .freeze import freeze
+from .init import init_linear_or_norm
 
 # Swin paper, Sec. 3.3: C, blocks per stage, heads per stage (head width 32).
 ARCH_SETTINGS = {
@@ -171,15 +172,9 @@ class SwinTransformer(BaseModule):
         and loaded by :func:`densevit.checkpoint.load.load_pretrained`)."""
         if not self._is_init:
             for m in self.modules():
-                if isinstance(m, nn.Linear):
-                    nn.init.trunc_normal_(m.weight, std=.02)
-                    if m.bias is not None:
-                        nn.init.zeros_(m.bias)
-                elif isinstance(m, nn.LayerNorm):
-                    nn.init.ones_(m.weight)
-                    nn.init.zeros_(m.bias)
-                elif m is not self and hasattr(m, 'init_weights') \
-                        and not isinstance(m, BaseModule):
+                if init_linear_or_norm(m):
+                    continue
+                if m is not self and hasattr(m, 'init_weights') and not isinstance(m, BaseModule):
                     m.init_weights()  # relative bias tables, position tables
         super().init_weights()
 

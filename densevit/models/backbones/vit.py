@@ -23,6 +23,7 @@ from densevit.registry import MODELS
 from densevit.utils.defaults import DEFAULT, resolve_default
 
 from .freeze import freeze
+from .init import init_linear_or_norm
 
 # ViT paper, Table 1 (Ti and S from DeiT): width D, depth, heads, MLP size.
 ARCH_SETTINGS = {
@@ -217,13 +218,7 @@ class VisionTransformer(BaseModule):
         """
         if not self._is_init:
             for m in self.modules():
-                if isinstance(m, nn.Linear):
-                    nn.init.trunc_normal_(m.weight, std=.02)
-                    if m.bias is not None:
-                        nn.init.zeros_(m.bias)
-                elif isinstance(m, nn.LayerNorm):
-                    nn.init.ones_(m.weight)
-                    nn.init.zeros_(m.bias)
+                init_linear_or_norm(m)
             for pe in self._pos_embed_modules():
                 pe.init_weights()
             if self.cls_token is not None:
