@@ -51,3 +51,15 @@ def test_moved_config_paths_resolve(monkeypatch, capsys):
     for path in ('configs/detr_vit.py', 'configs/vit_pe/no_such_config.py', 'x/y.py'):
         assert resolve_config(path) == path
     assert capsys.readouterr().err == ''
+
+
+def test_train_curve_forwards_to_train_and_plot_curves():
+    from tiny_run import load_tool
+    old = load_tool('tools/analysis/train_curve.py')
+    assert old.new_command(['c.py', '--minutes', '5', '--cfg-options', 'a=1']) == (
+        'tools/train.py', ['c.py', '--minutes', '5', '--cfg-options', 'a=1',
+                           '--eval-every', '2', '--work-dir', 'work_dirs/train_curve'])
+    assert old.new_command(['c.py', '--out', 'x.png', '--work-dir', 'w']) == (
+        'tools/train.py', ['c.py', '--work-dir', 'w', '--minutes', '20', '--eval-every', '2'])
+    assert old.new_command(['--plot-only', 'a', 'b', '--out', 'x.png']) == (
+        'tools/analysis/plot_curves.py', ['a', 'b', '--out', 'x.png'])
