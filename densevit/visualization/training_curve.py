@@ -1,10 +1,16 @@
-"""Draw "metric versus training minutes" curves from ``training_clock.csv`` files.
+"""Draw validation metrics of training runs against training minutes or iterations.
 
-``TrainingClockHook`` writes one row per validation (``minutes, iter, <metrics>``);
-``tools/train.py --minutes`` draws its own run into ``<work_dir>/curve.png`` and
-``tools/analysis/plot_curves.py`` draws several runs into one picture.
+A run trained on a clock (``tools/train.py --minutes``) has ``training_clock.csv``
+(``minutes, iter, <metrics>``, one row per validation, written by
+``TrainingClockHook``); every run has mmengine's ``<timestamp>/vis_data/scalars.json``
+(one JSON record per logged step; validation records carry the metrics and ``step``,
+the iteration). ``tools/train.py --minutes`` draws its own run into
+``<work_dir>/curve.png``; ``tools/analysis/plot_curves.py`` draws several runs into
+one picture.
 """
 import csv
+import glob
+import json
 import os.path as osp
 
 # what to draw per task, and the top of its y axis
@@ -21,22 +27,57 @@ def read_clock_csv(work_dir, file_name='training_clock.csv'):
         return list(csv.DictReader(f))
 
 
-def plot_curves(work_dirs, out_file, xlabel='training minutes', file_name='training_clock.csv'):
-    """Draw each run's main metric (solid) and its companion (dashed) against minutes."""
+def read_val_records(work_dir):
+    """Validation records of every run in ``work_dir`` (``*/vis_data/scalars.json``), as
+    rows ``{'iter': step, <metric>: value}`` in iteration order; a resumed run's later
+    records replace earlier ones at the same iteration."""
+    files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
+    if not files:
+        raise FileNotFoundError(f'{work_dir}: no */vis_data/scalars.json (not a training work '
+                                'dir of tools/train.py?)')
+    rows = {}
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                if any(k in record for k in CURVE_KEYS):
+                    rows[record['step']] = dict(record, iter=record['step'])
+    return [rows[k] for k in sorted(rows)]
+
+
+def read_rows(work_dir, x, file_name='training_clock.csv'):
+    """Rows with ``x`` ('minutes' or 'iter') and the metrics, from the right file."""
+    if x == 'minutes' or osp.isfile(osp.join(work_dir, file_name)):
+        return read_clock_csv(work_dir, file_name)
+    return read_val_records(work_dir)
+
+
+def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv', labels=None):
+    """Draw each run's main metric (solid) and its companion (dashed) against ``x``.
+
+    Args:
+        work_dirs (list[str]): training work dirs.
+        out_file (str): PNG to write.
+        x (str): ``'minutes'`` (clocked runs) or ``'iter'`` (any run).
+        labels (list[str], optional): legend names (default: the folder names).
+    """
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 4))
     top = 1.0
-    for wd in work_dirs:
-        rows = read_clock_csv(wd, file_name)
+    labels = labels or [osp.basename(osp.normpath(wd)) for wd in work_dirs]
+    for wd, label in zip(work_dirs, labels, strict=True):
+        rows = read_rows(wd, x, file_name)
         if not rows:
             continue
         keys, top = next((v for k, v in CURVE_KEYS.items() if k in rows[0]), ((), 1.0))
+        color = None  # one colour per run: its main metric solid, the companion dashed
         for key, style in zip(keys, ('-o', '--s'), strict=False):
-            ax.plot([float(r['minutes']) for r in rows], [float(r[key]) for r in rows], style,
-                    label=f'{osp.basename(osp.normpath(wd))} {key.split("/")[-1]}')
-    ax.set_xlabel(xlabel)
+            (line,) = ax.plot([float(r[x]) for r in rows], [float(r[key]) for r in rows], style,
+                              color=color, label=f'{label} {key.split("/")[-1]}')
+            color = line.get_color()
+    ax.set_xlabel('training minutes' if x == 'minutes' else 'iteration')
     ax.set_ylabel('metric on val')
     ax.set_ylim(0, top)
     ax.grid(alpha=0.3)

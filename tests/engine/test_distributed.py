@@ -18,6 +18,11 @@ import densevit  # noqa: F401  (allow-list for checkpoints)
 
 from tiny_run import isolated, load_tool, run_launcher, unique_names, write_config, write_seg_config
 
+# the CPU path (gloo, CPUDistributedDataParallel); with CUDA, tools/dev/gpu_check.sh runs
+# dist_train.sh over NCCL instead
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason='checks the CPU (gloo) path; CUDA machines: gpu_check.sh')
+
 PROBE = """
 custom_imports = dict(imports=['probe_hooks'], allow_failed_imports=False)
 custom_hooks = [dict(type='NonFiniteLossHook'), dict(type='DumpRankStateHook')]

@@ -71,6 +71,25 @@ def test_plot_curves_draws_several_runs(tmp_path):
     assert plot_tool.main([str(tmp_path), '--out', str(out)]) == 1
 
 
+def test_plot_curves_against_iterations(tmp_path):
+    """Any tools/train.py work dir: validation records of scalars.json; a resumed run's
+    record replaces the first run's at the same iteration."""
+    from densevit.visualization.training_curve import read_val_records
+    for stamp, records in [('20260101_000000', [(100, 20.0), (200, 40.0)]),
+                           ('20260101_010000', [(200, 45.0), (300, 60.0)])]:
+        (tmp_path / 'run' / stamp / 'vis_data').mkdir(parents=True)
+        lines = [f'{{"loss": 1.0, "step": {s - 50}}}' for s, _ in records]
+        lines += [f'{{"mIoU": {m}, "mAcc": {m + 5}, "step": {s}}}' for s, m in records]
+        (tmp_path / 'run' / stamp / 'vis_data' / 'scalars.json').write_text('\n'.join(lines))
+    rows = read_val_records(tmp_path / 'run')
+    assert [(r['iter'], r['mIoU']) for r in rows] == [(100, 20.0), (200, 45.0), (300, 60.0)]
+    out = tmp_path / 'iters.png'
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    assert plot_tool.main([str(tmp_path / 'run'), '--x', 'iter', '--labels', 'seed 0',
+                           '--out', str(out)]) == 0
+    assert cv2.imread(str(out)) is not None
+
+
 class _Clock:
     """A stand-in for time.perf_counter, advanced by hand."""
 

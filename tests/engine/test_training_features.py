@@ -19,6 +19,8 @@ def train_tool():
     return load_tool('tools/train.py')
 
 
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason='--amp means fp16 with a loss scaler on CUDA (tests/cuda, gpu_check.sh)')
 def test_amp_on_cpu_autocasts_to_bf16_without_loss_scaler(train_tool, tmp_path):
     config = write_config(tmp_path)
     args = train_tool.parse_args([config, '--amp', '--work-dir', str(tmp_path / 'w'),
