@@ -121,7 +121,7 @@ def test_missing_annotation_file(tmp_path):
         CocoDataset(ann_file='annotations/instances_train2017.json', data_root=str(tmp_path))
     msg = str(err.value)
     assert str(tmp_path / 'annotations' / 'instances_train2017.json') in msg
-    assert 'Download COCO 2017' in msg and 'README' in msg
+    assert 'Download COCO 2017' in msg and 'docs/datasets.md' in msg
 
 
 @pytest.mark.parametrize('where, key', [
