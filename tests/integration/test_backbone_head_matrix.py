@@ -1,6 +1,6 @@
 """Every documented backbone x head combination builds from config alone and trains a step.
 
-The combinations are the README's "Backbone x head" table. Tiny widths and 64x64
+The combinations are the "Backbone x head" table of docs/architecture.md. Tiny widths and 64x64
 inputs keep each case to a fraction of a second; what is checked is that the
 contracts fit (``out_channels`` / ``out_strides`` / ``in_index``) and that a loss
 backpropagates to the backbone.
