@@ -18,6 +18,7 @@ from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
 from densevit.engine.launch import setup_launcher
 from densevit.engine.preflight import missing_inputs
 from densevit.engine.runner import Runner
+from densevit.engine.training_clock_hook import NO_LIMIT
 from densevit.utils.moved import resolve_config
 
 
@@ -41,7 +42,8 @@ def parse_args(argv=None):
     clock.add_argument('--minutes', type=float,
                        help='train for this many minutes (validation not counted) instead of '
                             'the config\'s iteration limit; the learning-rate schedule is kept '
-                            'as the config writes it, in iterations')
+                            'as the config writes it, in iterations; with --resume the clock '
+                            'starts from zero again')
     clock.add_argument('--eval-every', type=float,
                        help='with --minutes: validate every this many training minutes '
                             '(default: a tenth of --minutes)')
@@ -61,9 +63,6 @@ def parse_args(argv=None):
         p.error(f'--eval-every must be positive, got {args.eval_every}')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
-
-
-NO_LIMIT = 10 ** 8
 
 
 def train_on_clock(cfg, minutes, eval_every=None, stop_at=None):

@@ -20,6 +20,7 @@ from mmengine.dist import get_world_size, is_main_process
 from mmengine.hooks import Hook
 from mmengine.utils import ProgressBar
 
+from densevit.engine.training_clock_hook import NO_LIMIT
 from densevit.registry import HOOKS
 
 
@@ -72,7 +73,7 @@ class ProgressBarHook(Hook):
         seconds = now - state['last_time'] - state['paused']
         rate = (done - state['last_iter']) / max(seconds, 1e-9)
         total = runner.max_iters
-        parts = [f'iter {done}' + (f'/{total}' if total < 10 ** 8 else '')]
+        parts = [f'iter {done}' + (f'/{total}' if total < NO_LIMIT else '')]
         loss = (outputs or {}).get('loss') if isinstance(outputs, dict) else None
         if loss is not None:
             parts.append(f'loss {float(getattr(loss, "detach", lambda: loss)()):.4f}')

@@ -16,6 +16,9 @@ from densevit.engine.checkpoint_hook import AtomicCheckpointHook
 from densevit.registry import HOOKS
 from densevit.visualization.training_curve import plot_curves
 
+# the iteration limit a clocked run's loop is given: never reached
+NO_LIMIT = 10 ** 8
+
 
 @HOOKS.register_module()
 class TrainingClockHook(Hook):
