@@ -74,11 +74,13 @@ class DetLocalVisualizer(Visualizer):
         if len(bboxes) == 0:
             return self.get_image()
         # Untrained heads emit inverted or out-of-image boxes; draw_bboxes asserts on
-        # the former and warns on the latter.
+        # the former and warns on the latter, where "inside" means x < width and
+        # y < height (so an edge on the image border, x = width, counts as outside).
         h, w = image.shape[:2]
         bboxes = np.concatenate([np.minimum(bboxes[:, :2], bboxes[:, 2:]),
                                  np.maximum(bboxes[:, :2], bboxes[:, 2:])], axis=1)
-        bboxes = bboxes.clip(0, [w, h, w, h])
+        inside = np.array([w, h, w, h], np.float64) - 1e-3
+        bboxes = bboxes.clip(0, inside)
         names, palette = self._class_info(int(labels.max()))
         colors = [palette[label] for label in labels]
         self.draw_bboxes(bboxes, edge_colors=colors, alpha=self.alpha,

@@ -74,3 +74,16 @@ def test_hook_writes_show_dir(tmp_path):
     hook.after_test_iter(runner, 0, dict(inputs=[torch.zeros(3, H, W)]), [sample])
     out_file = tmp_path / '20240101_000000' / 'show' / 'img_0001.jpg'
     assert mmcv.imread(str(out_file)).shape == (H, 2 * W, 3)
+
+
+def test_boxes_on_the_border_draw_without_warnings(recwarn):
+    """A box whose edge lies on the image border (x2 = width) or beyond is drawn clipped,
+    without mmengine's "out of bounds" warnings (seen on every --show-dir image before)."""
+    vis = VISUALIZERS.build(dict(type='DetLocalVisualizer', name='test_det_vis_border'))
+    vis.dataset_meta = dict(classes=('circle', 'square', 'triangle'))
+    instances = InstanceData(bboxes=torch.tensor([[100., 60., W, H], [-5., -5., 30., 30.]]),
+                             labels=torch.tensor([0, 1]), scores=torch.tensor([0.9, 0.8]))
+    drawn = vis.draw_instances(image(), instances)
+    assert drawn.shape == (H, W, 3)
+    assert not (drawn == image()).all()
+    assert not [w for w in recwarn if 'out of bounds' in str(w.message)]
