@@ -59,6 +59,9 @@ def parse_args(argv=None):
         p.error('--eval-every and --stop-at go with --minutes')
     if args.minutes is not None and args.minutes <= 0:
         p.error(f'--minutes must be positive, got {args.minutes}')
+    if args.minutes is not None and args.launcher != 'none':
+        p.error('--minutes trains one process: each process would keep its own clock and '
+                'decide alone when to validate and stop')
     if args.eval_every is not None and args.eval_every <= 0:
         p.error(f'--eval-every must be positive, got {args.eval_every}')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))

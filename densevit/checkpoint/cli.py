@@ -10,6 +10,7 @@ The input is read with :func:`densevit.checkpoint.load.read_checkpoint`
 state dict, ``.pth`` or ``.safetensors`` by its extension.
 """
 import argparse
+import pickle
 import sys
 
 import torch
@@ -33,10 +34,11 @@ def run(convert, what, argv=None):
                    help='write keys no conversion rule explains as they are, instead of failing')
     args = p.parse_args(argv)
 
-    state_dict = select_prefix(read_checkpoint(args.src), args.prefix)
     try:
+        state_dict = select_prefix(read_checkpoint(args.src), args.prefix)
         out = convert(state_dict, strict=not args.keep_unmatched)
-    except ValueError as e:
+    except (OSError, ValueError, RuntimeError, ImportError, pickle.UnpicklingError) as e:
+        # a missing or unreadable file, pickled objects, no key under --prefix, unmatched keys
         print(f'error: {e}', file=sys.stderr)
         return 1
     out = {k: v.contiguous() for k, v in out.items()}

@@ -67,11 +67,16 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
     fig, ax = plt.subplots(figsize=(6, 4))
     top = 1.0
     labels = labels or [osp.basename(osp.normpath(wd)) for wd in work_dirs]
+    if len(labels) != len(work_dirs):
+        raise ValueError(f'{len(labels)} labels for {len(work_dirs)} work dirs')
     for wd, label in zip(work_dirs, labels, strict=True):
         rows = read_rows(wd, x, file_name)
         if not rows:
             continue
         keys, top = next((v for k, v in CURVE_KEYS.items() if k in rows[0]), ((), 1.0))
+        if not keys:
+            raise ValueError(f'{wd}: none of the metrics drawn ({", ".join(CURVE_KEYS)}) in '
+                             f'its records: {", ".join(sorted(rows[0]))}')
         color = None  # one colour per run: its main metric solid, the companion dashed
         for key, style in zip(keys, ('-o', '--s'), strict=False):
             (line,) = ax.plot([float(r[x]) for r in rows], [float(r[key]) for r in rows], style,

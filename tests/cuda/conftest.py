@@ -6,6 +6,7 @@ The cases marked ``cpu64-cpu32`` / ``cpu-autocast`` run the same helpers on CPU.
 """
 import pytest
 import torch
+
 from device_compare import WANT_CUDA
 
 

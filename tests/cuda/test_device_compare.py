@@ -1,10 +1,11 @@
 """The comparison helpers of tests/tools/device_compare.py catch what they must (CPU only)."""
 import torch
-from device_compare import flatten, forward_backward, mismatches, move, probe_loss, sum_losses
 from mmengine.structures import InstanceData
 from torch import nn
 
 from densevit.structures import DataSample
+
+from device_compare import flatten, forward_backward, mismatches, move, probe_loss, sum_losses
 
 
 def _net():

@@ -6,10 +6,11 @@ costs; the losses under autocast must be finite fp32 and close to fp32's.
 """
 import pytest
 import torch
-from device_compare import needs_cuda
 
 from densevit.models.losses.set_criterion import SetCriterion
 from densevit.models.task_modules.hungarian_matcher import HungarianMatcher
+
+from device_compare import needs_cuda
 
 K = 4
 AMP = [pytest.param(('cpu', torch.bfloat16), id='cpu-bf16'),

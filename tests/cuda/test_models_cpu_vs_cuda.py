@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from device_compare import assert_same, forward_backward, needs_cuda, sum_losses
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmengine.structures import InstanceData, PixelData
 
 from densevit.registry import MODELS
 from densevit.structures import DataSample
+
+from device_compare import assert_same, forward_backward, needs_cuda, sum_losses
 
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs'
 PAIRS = [pytest.param((('cpu', torch.float64), ('cpu', torch.float32)), id='cpu64-cpu32'),

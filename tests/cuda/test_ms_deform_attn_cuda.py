@@ -4,13 +4,14 @@
 """
 import pytest
 import torch
-from device_compare import assert_same, forward_backward, needs_cuda
 from torch import nn
 
 from densevit.models.layers.ms_deform_attn import (
     MultiScaleDeformableAttention,
     multi_scale_deformable_attn,
 )
+
+from device_compare import assert_same, forward_backward, needs_cuda
 
 SHAPES = ((8, 10), (4, 5), (2, 3))
 PAIRS = [pytest.param((('cpu', torch.float64), ('cpu', torch.float32)), id='cpu64-cpu32'),

@@ -137,3 +137,18 @@ def test_validation_time_is_not_training_time(tmp_path, monkeypatch):
     assert runner.train_loop.stop_training and hook.train_seconds == pytest.approx(180)
     rows = read_rows(tmp_path / 'training_clock.csv')
     assert [float(r['ap']) for r in rows] == [0.5] * 3
+
+
+def test_clock_is_one_process(train_tool, capsys):
+    with pytest.raises(SystemExit):
+        train_tool.parse_args(['cfg.py', '--minutes', '1', '--launcher', 'pytorch'])
+    assert '--minutes trains one process' in capsys.readouterr().err
+
+
+def test_plot_curves_refuses_what_it_cannot_draw(tmp_path):
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'a' / 'training_clock.csv').write_text('minutes,iter,mDice\n1.0,10,0.5\n')
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    out = str(tmp_path / 'x.png')
+    assert plot_tool.main([str(tmp_path / 'a'), '--out', out]) == 1  # no metric it knows
+    assert plot_tool.main([str(tmp_path / 'a'), '--labels', 'x', 'y', '--out', out]) == 1

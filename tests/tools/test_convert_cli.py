@@ -1,5 +1,6 @@
 """tools/convert/{vit,swin,detr,mit}.py (densevit.checkpoint.cli): read safely, convert, save a
 plain state dict."""
+import argparse
 import importlib.util
 import re
 import subprocess
@@ -100,3 +101,18 @@ def test_mit_tool(tmp_path):
     torch.save(official, tmp_path / 'mit_official.pth')
     assert _tool('mit').main([str(tmp_path / 'mit_official.pth'), str(tmp_path / 'out.pth')]) == 0
     mit.load_state_dict(torch.load(tmp_path / 'out.pth', weights_only=True), strict=True)
+
+
+def test_unreadable_inputs_fail_with_one_line(tmp_path, capsys):
+    """A missing file, a prefix that matches nothing, pickled objects: ``error: ...`` and
+    exit status 1, no traceback, nothing written."""
+    torch.save({'backbone.conv1.weight': torch.zeros(1)}, tmp_path / 'ok.pth')
+    torch.save({'args': argparse.Namespace(lr=0.1)}, tmp_path / 'objects.pth')
+    cases = [([str(tmp_path / 'missing.pth')], 'missing.pth'),
+             ([str(tmp_path / 'ok.pth'), '--prefix', 'neck.'], 'neck.'),
+             ([str(tmp_path / 'objects.pth')], 'objects.pth')]
+    for args, named in cases:
+        assert _tool('vit').main([args[0], str(tmp_path / 'out.pth'), *args[1:]]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith('error: ') and named in err and 'Traceback' not in err, err
+    assert not (tmp_path / 'out.pth').exists()

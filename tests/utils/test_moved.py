@@ -61,5 +61,7 @@ def test_train_curve_forwards_to_train_and_plot_curves():
                            '--eval-every', '2', '--work-dir', 'work_dirs/train_curve'])
     assert old.new_command(['c.py', '--out', 'x.png', '--work-dir', 'w']) == (
         'tools/train.py', ['c.py', '--work-dir', 'w', '--minutes', '20', '--eval-every', '2'])
+    assert old.new_command(['c.py', '--minutes=5', '--out=x.png', '--work-dir=w']) == (
+        'tools/train.py', ['c.py', '--minutes=5', '--work-dir=w', '--eval-every', '2'])
     assert old.new_command(['--plot-only', 'a', 'b', '--out', 'x.png']) == (
         'tools/analysis/plot_curves.py', ['a', 'b', '--out', 'x.png'])

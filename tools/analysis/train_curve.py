@@ -15,9 +15,10 @@ def new_command(argv):
     if '--out' in args:  # the curve is always <work-dir>/curve.png now
         i = args.index('--out')
         del args[i:i + 2]
+    args = [a for a in args if not a.startswith('--out=')]
     for flag, default in (('--minutes', '20'), ('--eval-every', '2'),
                           ('--work-dir', 'work_dirs/train_curve')):
-        if flag not in args:
+        if not any(a == flag or a.startswith(flag + '=') for a in args):
             args += [flag, default]
     return 'tools/train.py', args
 

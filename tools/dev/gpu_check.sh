@@ -82,7 +82,8 @@ if [ "$LAST" != PASS ]; then
     echo "no usable CUDA GPU: nothing else can run" >&2
     summary
 fi
-NGPU=$(nvidia-smi -L | wc -l)
+# the GPUs this process may use (CUDA_VISIBLE_DEVICES, MIG slices), not every line of nvidia-smi
+NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
 
 export DENSEVIT_TEST_DEVICE=cuda
 step pytest_cuda "$PY" -m pytest -q -rs tests/cuda

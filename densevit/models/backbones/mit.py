@@ -25,6 +25,8 @@ from densevit.checkpoint.load import loads_pretrained
 from densevit.checkpoint.mit import convert_mit, detect_mit_layout
 from densevit.registry import MODELS
 
+from .init import init_linear_or_norm
+
 # Paper Table 6 (and the official code): stage widths and depths per size.
 # Heads (1, 2, 5, 8), sr ratios (8, 4, 2, 1) and MLP ratio 4 are shared.
 ARCH_SETTINGS = {
@@ -285,15 +287,13 @@ class MixVisionTransformer(BaseModule):
         layout) is converted and loaded by ``densevit.checkpoint.load.load_pretrained``."""
         if not self._is_init:
             for m in self.modules():
-                if isinstance(m, nn.Linear):
-                    nn.init.trunc_normal_(m.weight, std=.02)
-                elif isinstance(m, nn.LayerNorm):
-                    nn.init.ones_(m.weight)
-                elif isinstance(m, nn.Conv2d):
+                if init_linear_or_norm(m):
+                    continue
+                if isinstance(m, nn.Conv2d):
                     fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
                     nn.init.normal_(m.weight, 0, math.sqrt(2.0 / fan_out))
-                if isinstance(m, (nn.Linear, nn.LayerNorm, nn.Conv2d)) and m.bias is not None:
-                    nn.init.zeros_(m.bias)
+                    if m.bias is not None:
+                        nn.init.zeros_(m.bias)
         super().init_weights()
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
