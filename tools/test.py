@@ -9,7 +9,7 @@ from mmengine.evaluator import DumpResults
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
-from densevit.engine.launch import setup_launcher
+from densevit.engine.launch import setup_launcher, shutdown_distributed
 from densevit.engine.preflight import missing_inputs
 from densevit.engine.runner import Runner
 from densevit.utils.moved import resolve_config
@@ -56,6 +56,7 @@ def main(argv=None):
     if args.out:
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     runner.test()
+    shutdown_distributed()
     if args.show_dir:
         # mmengine's visualization hooks write under the run's timestamped log dir
         print(f'densevit: drawings written to {osp.join(runner.log_dir, args.show_dir)}')

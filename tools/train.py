@@ -15,7 +15,7 @@ from mmengine.config import Config, DictAction
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
-from densevit.engine.launch import setup_launcher
+from densevit.engine.launch import setup_launcher, shutdown_distributed
 from densevit.engine.preflight import missing_inputs
 from densevit.engine.runner import Runner
 from densevit.engine.training_clock_hook import NO_LIMIT
@@ -123,6 +123,7 @@ def main(argv=None):
             print(f'densevit: {line}', file=sys.stderr)
         return 1
     Runner.from_cfg(cfg).train()
+    shutdown_distributed()
     return 0
 
 

@@ -44,6 +44,18 @@ def setup_launcher(cfg, launcher):
     return cfg
 
 
+def shutdown_distributed():
+    """Wait for every process, then close the process group.
+
+    Left open, gloo's threads are torn down while the interpreter exits, and a
+    process can abort ("terminate called without an active exception") after its
+    work is done, which torchrun reports as a failed run.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _first_slurm_host(nodelist):
     """The first host of a SLURM node list (``scontrol`` expands ``node[1-4]``)."""
     import subprocess
