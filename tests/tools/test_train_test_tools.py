@@ -211,8 +211,18 @@ def test_test_tool_needs_no_pretrained_file(trained, train_tool, test_tool, tmp_
 def test_auto_scale_lr(train_tool, tmp_path, capsys):
     config = write_config(tmp_path)
     cfg = train_tool.build_config(train_tool.parse_args([config, '--auto-scale-lr', '--cfg-options',
-                                                        'auto_scale_lr.base_batch_size=16']))
+                                                        'auto_scale_lr.base_batch_size=16',
+                                                        *unique_names()]))
     assert cfg.auto_scale_lr.enable and cfg.auto_scale_lr.base_batch_size == 16
+    # what the runner then does before training: lr x (1 process x batch 2) / 16
+    with isolated():
+        from densevit.engine.runner import Runner
+        runner = Runner.from_cfg(cfg)
+        wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+        runner.scale_lr(wrapper, runner.auto_scale_lr)
+    base_lr = cfg.optim_wrapper.optimizer.lr
+    assert cfg.train_dataloader.batch_size == 2
+    assert {g['lr'] for g in wrapper.param_groups} == {base_lr * 2 / 16}
     rc = train_tool.main([config, '--auto-scale-lr', '--work-dir', str(tmp_path / 'w')])
     assert rc == 1
     assert 'auto_scale_lr = dict(base_batch_size=N)' in stderr_lines(capsys)[0]
