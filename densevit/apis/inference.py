@@ -15,6 +15,7 @@ from mmengine.dataset import Compose, pseudo_collate
 from mmengine.registry import DefaultScope, init_default_scope
 
 import densevit  # noqa: F401  (checkpoint allow-list, safe loader)
+from densevit.checkpoint.model import load_model_weights
 from densevit.checkpoint.safe_load import load_checkpoint_safely
 from densevit.engine.sync_bn import revert_sync_bn_if_single
 from densevit.registry import DATASETS, MODELS
@@ -65,10 +66,8 @@ def init_model(config, checkpoint=None, device='cpu', cfg_options=None):
     ckpt = None
     if checkpoint is not None:
         ckpt = load_checkpoint_safely(checkpoint, map_location='cpu')
-        state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else ckpt
-        state = {k[len('module.'):] if k.startswith('module.') else k: v
-                 for k, v in state.items()}
-        model.load_state_dict(state, strict=True)
+        # another layout (MMSegmentation / MMDetection / official / HF) is converted
+        load_model_weights(model, ckpt, str(checkpoint), strict=True)
     model.cfg = cfg
     model.dataset_meta = _dataset_meta(cfg, ckpt)
     return model.to(device).eval()

@@ -97,3 +97,8 @@ def convert_deformable_detr(state_dict, strict=False, with_box_refine=None):
         with_box_refine = any('decoder.bbox_embed.' in k for k in state_dict)
     return convert_state_dict(state_dict, [hf_layout(with_box_refine), DENSEVIT],
                               'Deformable DETR', strict)
+
+
+def model_layouts(state_dict):
+    """Whole-model layouts of this family (see :mod:`densevit.checkpoint.model`)."""
+    return [hf_layout(any('decoder.bbox_embed.' in k for k in state_dict))]

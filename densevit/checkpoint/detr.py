@@ -105,3 +105,8 @@ def convert_detr(state_dict, strict=False):
         ValueError: the keys match no DETR layout (the first keys are listed).
     """
     return convert_state_dict(state_dict, [OFFICIAL, HF, DENSEVIT], 'DETR', strict)
+
+
+def model_layouts(state_dict):
+    """Whole-model layouts of this family (see :mod:`densevit.checkpoint.model`)."""
+    return [OFFICIAL, HF]

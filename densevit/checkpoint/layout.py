@@ -36,12 +36,16 @@ class Layout:
         drop: ``{regex: reason}`` for keys deliberately not converted.
         post: optional ``fn(state_dict) -> state_dict`` run after renaming and
             fusing (e.g. to remove a token from a position table).
+        options: backbone options implied by this origin (e.g.
+            ``{'layer_norm_eps': 1e-12}``), handed to the backbone's
+            ``checkpoint_options(**options)`` when the checkpoint is loaded.
     """
     name: str
     signature: str
     rules: Sequence = ()
     drop: dict = field(default_factory=dict)
     post: Callable | None = None
+    options: dict = field(default_factory=dict)
 
     def rename(self, key):
         """New name, None when dropped, or the key itself unchanged with matched=False."""
@@ -76,6 +80,17 @@ def fuse_parts(state_dict):
     return out
 
 
+class Converted(OrderedDict):
+    """A converted state dict that remembers where it came from.
+
+    Attributes:
+        layout (str): the source layout's name (e.g. 'MMSegmentation SETR').
+        options (dict): backbone options of that origin (see :class:`Layout`).
+    """
+    layout = 'densevit'
+    options = {}
+
+
 def _apply(state_dict, layout):
     out, unmatched, dropped = OrderedDict(), [], []
     for k, v in state_dict.items():
@@ -102,10 +117,12 @@ def convert_state_dict(state_dict, layouts, what, strict=False, logger='current'
             unexpected).
 
     Returns:
-        OrderedDict in densevit's layout.
+        Converted: densevit's layout, with the source layout's name and options.
 
     Raises:
-        ValueError: no layout's signature matches, or (strict) unmatched keys.
+        ValueError: no layout's signature matches, or (strict) keys the chosen
+            layout does not explain: the message names the layout, how many keys
+            it understood and the first it did not.
     """
     keys = list(state_dict)
     candidates = [lay for lay in layouts if any(re.search(lay.signature, k) for k in keys)]
@@ -116,11 +133,15 @@ def convert_state_dict(state_dict, layouts, what, strict=False, logger='current'
     results = [(lay, *_apply(state_dict, lay)) for lay in candidates]
     layout, out, unmatched, dropped = min(results, key=lambda r: len(r[2]))
     if unmatched and strict:
-        raise ValueError(f'{what}: {len(unmatched)} keys of this {layout.name} checkpoint have no '
-                         f'conversion rule. First unmatched keys: {unmatched[:_SHOW]}')
+        raise ValueError(
+            f'{what}: the keys look like the {layout.name} layout, but only '
+            f'{len(keys) - len(unmatched)} of {len(keys)} are understood; refusing to convert '
+            f'part of a checkpoint. First keys not understood: {unmatched[:_SHOW]}')
     out = fuse_parts(out)
     if layout.post is not None:
         out = layout.post(out)
+    out = Converted(out)
+    out.layout, out.options = layout.name, dict(layout.options)
     print_log(f'{what}: converting a checkpoint in the {layout.name} layout '
               f'({len(keys)} keys -> {len(out)})', logger=logger)
     for pattern, reason in layout.drop.items():
@@ -130,6 +151,8 @@ def convert_state_dict(state_dict, layouts, what, strict=False, logger='current'
             print_log(f'{what}: dropped {len(hits)} key(s) {hits[:3]}{more}: {reason}',
                       logger=logger)
     if unmatched:
-        print_log(f'{what}: {len(unmatched)} key(s) have no conversion rule and are kept as they '
-                  f'are: {unmatched[:_SHOW]}', logger=logger, level=30)
+        print_log(f'{what}: PARTIAL CONVERSION: {len(unmatched)} of {len(keys)} key(s) of this '
+                  f'{layout.name} checkpoint have no conversion rule and are kept as they are '
+                  f'(they will not load into a densevit model): {unmatched[:_SHOW]}',
+                  logger=logger, level=30)
     return out

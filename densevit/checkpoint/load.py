@@ -20,11 +20,12 @@ Usage in a backbone::
 import functools
 import logging
 import os
-import pickle
 from collections import OrderedDict, namedtuple
 
 import torch
 from mmengine.logging import print_log
+
+from .safe_load import load_checkpoint_safely
 
 # Dict keys under which training scripts nest the weights (mmengine, the
 # official DETR / Swin / DeiT / MAE repos, DDP wrappers).
@@ -50,19 +51,16 @@ def read_checkpoint(path, map_location='cpu'):
             raise ImportError(f'{path}: reading .safetensors needs '
                               f'`pip install safetensors`') from e
         obj = load_file(path, device=str(map_location))
-    else:
-        try:
-            if path.startswith(('http://', 'https://')):
-                obj = torch.hub.load_state_dict_from_url(path, map_location=map_location,
-                                                         weights_only=True)
-            else:
-                obj = torch.load(path, map_location=map_location, weights_only=True)
-        except pickle.UnpicklingError as e:
-            raise pickle.UnpicklingError(
-                f'{path} holds Python objects besides tensors (e.g. training arguments or '
-                f'an optimizer state) that densevit does not unpickle. If you trust the file, '
-                f're-save its weights alone: sd = torch.load(path, weights_only=False)'
-                f"['model']; torch.save(sd, 'weights.pth'). Original error: {e}") from e
+    elif path.startswith(('http://', 'https://')):
+        obj = torch.hub.load_state_dict_from_url(path, map_location=map_location,
+                                                 weights_only=True)
+    else:  # the same errors as load_from / resume: missing, truncated, unsafe
+        obj = load_checkpoint_safely(path, map_location=map_location)
+    return _flatten(obj, path)
+
+
+def flatten_checkpoint(obj, path):
+    """The ``{name: tensor}`` dict inside a loaded checkpoint object (see :func:`read_checkpoint`)."""
     return _flatten(obj, path)
 
 
@@ -141,21 +139,70 @@ def load_pretrained(module, checkpoint, convert=None, prefix=None, expected_miss
     Returns:
         LoadReport: key lists ``loaded, missing, unexpected, mismatched, expected_missing``.
     """
-    name = type(module).__name__
     state_dict = select_prefix(read_checkpoint(checkpoint, map_location), prefix)
+    return load_state_dict_loudly(module, state_dict, checkpoint, convert=convert,
+                                  expected_missing=expected_missing, strict=strict,
+                                  logger=logger)
+
+
+def _describe(module):
+    """e.g. ``EncoderDecoder(MixVisionTransformer, SegformerHead)`` or ``SwinTransformer``."""
+    parts = [type(getattr(module, n)).__name__ for n in ('backbone', 'neck', 'decode_head',
+                                                          'bbox_head')
+             if isinstance(getattr(module, n, None), torch.nn.Module)]
+    return f'{type(module).__name__}({", ".join(parts)})' if parts else type(module).__name__
+
+
+def load_state_dict_loudly(module, state_dict, source, convert=None, expected_missing=(),
+                           strict=False, min_found=0.0, logger='current'):
+    """Convert ``state_dict`` and load it into ``module``, reporting every mismatch.
+
+    Args:
+        module (nn.Module): a backbone or a whole model.
+        state_dict (dict): ``{name: tensor}`` as read from ``source``.
+        source (str): the file, for messages.
+        convert (callable, optional): ``state_dict -> state_dict`` in densevit's
+            layout; a :class:`~densevit.checkpoint.layout.Converted` result also
+            carries the origin's backbone options (``checkpoint_options``).
+        expected_missing, strict, logger: as :func:`load_pretrained`.
+        min_found (float): the fraction of ``module``'s tensors the checkpoint must
+            have; fewer means it was made for another architecture.
+
+    Raises:
+        ValueError: the checkpoint is for another architecture (fewer than
+            ``min_found`` of ``module``'s tensors are in it): the message names both.
+        RuntimeError: ``strict`` and anything missing, unexpected or of the wrong shape.
+    """
+    name = type(module).__name__
     if convert is not None:
         state_dict = convert(state_dict)
+    origin = getattr(state_dict, 'layout', None)
+    own = module.state_dict()
+    found = sum(k in state_dict for k in own)
+    if own and found < min_found * len(own):
+        raise ValueError(
+            f'{source} does not fit this model: it is '
+            f'{f"a {origin} checkpoint" if origin else "a checkpoint"} ({len(state_dict)} '
+            f'tensors, first {list(state_dict)[:3]}), but the config builds {_describe(module)}; '
+            f'only {found} of its {len(own)} tensors are in the file. Use a config for the '
+            f"checkpoint's architecture.")
+    options = getattr(state_dict, 'options', None)
+    if options:
+        _apply_options(module, options, origin, logger)
     missing, unexpected, mismatched, errors = _load_collecting(module, state_dict)
     expected = [k for k in missing if k.startswith(tuple(expected_missing))]
     missing = [k for k in missing if k not in expected]
-    loaded = [k for k in module.state_dict() if k not in missing + expected + mismatched]
+    loaded = [k for k in own if k not in missing + expected + mismatched]
 
     if strict and (missing or unexpected or mismatched):
-        raise RuntimeError(f'{name}: {checkpoint} does not match: missing {missing[:_SHOW]}, '
-                           f'unexpected {unexpected[:_SHOW]}, wrong shape {errors[:_SHOW]}')
-    total = len(module.state_dict())
+        raise RuntimeError(
+            f'{name}: {source} does not match the model: {len(missing)} missing '
+            f'{missing[:_SHOW]}, {len(unexpected)} unexpected {unexpected[:_SHOW]}, '
+            f'{len(mismatched)} of the wrong shape {errors[:_SHOW]}')
+    total = len(own)
     bad = missing or unexpected or mismatched
-    print_log(f'{name}: loaded {len(loaded)}/{total} tensors from {checkpoint}'
+    print_log(f'{name}: loaded {len(loaded)}/{total} tensors from {source}'
+              + (f' ({origin} layout, converted)' if origin else '')
               + (' -- SOME WEIGHTS DID NOT LOAD, see below' if bad else ''),
               logger=logger, level=logging.WARNING if bad else logging.INFO)
     _warn(f'{name}: MISSING in the checkpoint, left at random init', missing, logger)
@@ -165,6 +212,18 @@ def load_pretrained(module, checkpoint, convert=None, prefix=None, expected_miss
     _warn(f'{name}: not in this kind of checkpoint (expected), newly initialised',
           expected, logger, level=logging.INFO)
     return LoadReport(loaded, missing, unexpected, mismatched, expected)
+
+
+def _apply_options(module, options, origin, logger):
+    """Hand the origin's backbone options (e.g. LayerNorm eps) to the backbone."""
+    backbone = getattr(module, 'backbone', module)
+    apply = getattr(backbone, 'checkpoint_options', None)
+    if apply is None:
+        print_log(f'{type(backbone).__name__} takes no checkpoint options; {origin} checkpoints '
+                  f'were made with {options}: outputs may differ slightly',
+                  logger=logger, level=logging.WARNING)
+        return
+    apply(**options)
 
 
 def split_pretrained(init_cfg):

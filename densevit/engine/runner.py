@@ -75,3 +75,33 @@ class Runner(MMEngineRunner):
             name = f'{self.timestamp}.py'
         # mmengine's dump_config writes it there at the end of __init__
         self.logger.info(f'resolved config: {osp.join(self.work_dir, name)}')
+
+    def load_checkpoint(self, filename, map_location='cpu', strict=False,
+                        revise_keys=((r'^module\.', ''),)):
+        """mmengine's ``load_checkpoint``, with densevit's whole-model loading.
+
+        A checkpoint in another layout (MMSegmentation, MMDetection, the official
+        repositories, Hugging Face) is converted on load
+        (:func:`densevit.checkpoint.model.load_model_weights`). ``test()`` and
+        ``val()`` load strictly: evaluating a model whose weights did not all load
+        would report a number for a model nobody trained.
+        """
+        from mmengine.model import is_model_wrapper
+        from mmengine.runner.checkpoint import _load_checkpoint
+
+        from densevit.checkpoint.model import load_model_weights
+        checkpoint = _load_checkpoint(filename, map_location=map_location)
+        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
+        model = self.model.module if is_model_wrapper(self.model) else self.model
+        load_model_weights(model, checkpoint, str(filename),
+                           strict=strict or getattr(self, '_strict_load', False))
+        self._has_loaded = True
+        return checkpoint
+
+    def test(self):
+        self._strict_load = True
+        return super().test()
+
+    def val(self):
+        self._strict_load = True
+        return super().val()

@@ -83,7 +83,7 @@ def test_two_stage_keys_and_unknown_keys_rejected():
     assert {'bbox_head.proposals.memory_fc.weight', 'bbox_head.proposals.pos_norm.bias',
             'bbox_head.class_embed.2.bias', 'bbox_head.bbox_embed.2.layers.2.bias'} <= set(out)
     assert not any('query_embed' in k or 'reference_points' in k for k in out)
-    with pytest.raises(ValueError, match='no conversion rule'):
+    with pytest.raises(ValueError, match='not understood'):
         convert_deformable_detr(dict(sd, **{'model.enc_output_extra.weight': torch.ones(1)}),
                                 strict=True)
     with pytest.raises(ValueError, match='match no known layout'):
