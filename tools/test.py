@@ -8,6 +8,7 @@ from mmengine.config import Config, DictAction
 from mmengine.evaluator import DumpResults
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
+from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.launch import setup_launcher, shutdown_distributed
 from densevit.engine.preflight import missing_inputs
@@ -55,7 +56,11 @@ def main(argv=None):
     runner = Runner.from_cfg(cfg)
     if args.out:
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
-    runner.test()
+    try:
+        runner.test()
+    except CHECKPOINT_ERRORS as e:
+        print(f'densevit: {e}', file=sys.stderr)
+        return 1
     shutdown_distributed()
     if args.show_dir:
         # mmengine's visualization hooks write under the run's timestamped log dir

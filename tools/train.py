@@ -13,6 +13,7 @@ import sys
 from mmengine.config import Config, DictAction
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
+from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
 from densevit.engine.launch import setup_launcher, shutdown_distributed
@@ -122,7 +123,11 @@ def main(argv=None):
         for line in problems:
             print(f'densevit: {line}', file=sys.stderr)
         return 1
-    Runner.from_cfg(cfg).train()
+    try:
+        Runner.from_cfg(cfg).train()
+    except CHECKPOINT_ERRORS as e:  # load_from / --resume that does not fit
+        print(f'densevit: {e}', file=sys.stderr)
+        return 1
     shutdown_distributed()
     return 0
 

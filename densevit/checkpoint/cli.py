@@ -41,12 +41,18 @@ def run(convert, what, argv=None):
         # a missing or unreadable file, pickled objects, no key under --prefix, unmatched keys
         print(f'error: {e}', file=sys.stderr)
         return 1
+    layout, partial = getattr(out, 'layout', None), getattr(out, 'partial', 0)
     out = {k: v.contiguous() for k, v in out.items()}
     if args.dst.endswith('.safetensors'):
         from safetensors.torch import save_file
         save_file(out, args.dst)
     else:
         torch.save(out, args.dst)
-    print(f'{args.src}: {len(state_dict)} tensors -> {args.dst}: {len(out)} tensors '
-          f'({sum(v.numel() for v in out.values()):,} values)')
+    print(f'{args.src}: {len(state_dict)} tensors'
+          + (f' in the {layout} layout' if layout else '')
+          + f' -> {args.dst}: {len(out)} tensors ({sum(v.numel() for v in out.values()):,} values)')
+    if partial:
+        print(f'WARNING: {args.dst} IS PARTIAL: {partial} key(s) of the input had no '
+              f'conversion rule and were written unchanged; a densevit model will not load '
+              f'them', file=sys.stderr)
     return 0

@@ -89,6 +89,7 @@ class Converted(OrderedDict):
     """
     layout = 'densevit'
     options = {}
+    partial = 0  # keys kept unconverted (strict=False only)
 
 
 def _apply(state_dict, layout):
@@ -141,7 +142,7 @@ def convert_state_dict(state_dict, layouts, what, strict=False, logger='current'
     if layout.post is not None:
         out = layout.post(out)
     out = Converted(out)
-    out.layout, out.options = layout.name, dict(layout.options)
+    out.layout, out.options, out.partial = layout.name, dict(layout.options), len(unmatched)
     print_log(f'{what}: converting a checkpoint in the {layout.name} layout '
               f'({len(keys)} keys -> {len(out)})', logger=logger)
     for pattern, reason in layout.drop.items():

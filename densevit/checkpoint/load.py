@@ -32,6 +32,11 @@ from .safe_load import load_checkpoint_safely
 _NESTING_KEYS = ('state_dict', 'model', 'module', 'model_state', 'net')
 _SHOW = 10  # keys listed per report line
 
+class CheckpointMismatchError(ValueError):
+    """A checkpoint that does not fit the model: another architecture, keys in a layout
+    understood only in part, or (strict) tensors missing, unexpected or of the wrong shape."""
+
+
 LoadReport = namedtuple('LoadReport', 'loaded missing unexpected mismatched expected_missing')
 
 
@@ -44,27 +49,18 @@ def read_checkpoint(path, map_location='cpu'):
     ...}`` wrappers and a DDP ``module.`` prefix are removed.
     """
     path = os.fspath(path)
-    if path.endswith('.safetensors'):
-        try:
-            from safetensors.torch import load_file
-        except ImportError as e:
-            raise ImportError(f'{path}: reading .safetensors needs '
-                              f'`pip install safetensors`') from e
-        obj = load_file(path, device=str(map_location))
-    elif path.startswith(('http://', 'https://')):
+    if path.endswith('.safetensors') and path.startswith(('http://', 'https://')):
+        raise ValueError(f'{path}: download .safetensors files first, then give the local path')
+    if path.startswith(('http://', 'https://')):
         obj = torch.hub.load_state_dict_from_url(path, map_location=map_location,
                                                  weights_only=True)
-    else:  # the same errors as load_from / resume: missing, truncated, unsafe
+    else:  # the same errors as load_from / resume: missing, truncated, unsafe; safetensors
         obj = load_checkpoint_safely(path, map_location=map_location)
-    return _flatten(obj, path)
+    return flatten_checkpoint(obj, path)
 
 
 def flatten_checkpoint(obj, path):
     """The ``{name: tensor}`` dict inside a loaded checkpoint object (see :func:`read_checkpoint`)."""
-    return _flatten(obj, path)
-
-
-def _flatten(obj, path):
     while isinstance(obj, dict) and not any(torch.is_tensor(v) for v in obj.values()):
         inner = next((obj[k] for k in _NESTING_KEYS if isinstance(obj.get(k), dict)), None)
         if inner is None:
@@ -154,7 +150,7 @@ def _describe(module):
 
 
 def load_state_dict_loudly(module, state_dict, source, convert=None, expected_missing=(),
-                           strict=False, min_found=0.0, logger='current'):
+                           strict=False, min_found=0.0, described=None, logger='current'):
     """Convert ``state_dict`` and load it into ``module``, reporting every mismatch.
 
     Args:
@@ -167,23 +163,26 @@ def load_state_dict_loudly(module, state_dict, source, convert=None, expected_mi
         expected_missing, strict, logger: as :func:`load_pretrained`.
         min_found (float): the fraction of ``module``'s tensors the checkpoint must
             have; fewer means it was made for another architecture.
+        described (str, optional): what the checkpoint is, for messages, when
+            ``convert`` does not say (e.g. read from its ``meta``).
 
     Raises:
-        ValueError: the checkpoint is for another architecture (fewer than
-            ``min_found`` of ``module``'s tensors are in it): the message names both.
-        RuntimeError: ``strict`` and anything missing, unexpected or of the wrong shape.
+        CheckpointMismatchError: the checkpoint is for another architecture (fewer than
+            ``min_found`` of ``module``'s tensors are in it; the message names both), or
+            ``strict`` and anything missing, unexpected or of the wrong shape.
     """
     name = type(module).__name__
     if convert is not None:
         state_dict = convert(state_dict)
     origin = getattr(state_dict, 'layout', None)
+    what = ' '.join(filter(None, [f'a {origin} checkpoint' if origin else 'a checkpoint',
+                                  described and f'({described})']))
     own = module.state_dict()
     found = sum(k in state_dict for k in own)
     if own and found < min_found * len(own):
-        raise ValueError(
-            f'{source} does not fit this model: it is '
-            f'{f"a {origin} checkpoint" if origin else "a checkpoint"} ({len(state_dict)} '
-            f'tensors, first {list(state_dict)[:3]}), but the config builds {_describe(module)}; '
+        raise CheckpointMismatchError(
+            f'{source} does not fit this model: it is {what} with {len(state_dict)} '
+            f'tensors (first {list(state_dict)[:3]}), but the config builds {_describe(module)}; '
             f'only {found} of its {len(own)} tensors are in the file. Use a config for the '
             f"checkpoint's architecture.")
     options = getattr(state_dict, 'options', None)
@@ -195,7 +194,7 @@ def load_state_dict_loudly(module, state_dict, source, convert=None, expected_mi
     loaded = [k for k in own if k not in missing + expected + mismatched]
 
     if strict and (missing or unexpected or mismatched):
-        raise RuntimeError(
+        raise CheckpointMismatchError(
             f'{name}: {source} does not match the model: {len(missing)} missing '
             f'{missing[:_SHOW]}, {len(unexpected)} unexpected {unexpected[:_SHOW]}, '
             f'{len(mismatched)} of the wrong shape {errors[:_SHOW]}')

@@ -18,7 +18,11 @@ from collections import OrderedDict
 from mmengine.logging import print_log
 
 from .layout import convert_state_dict
-from .load import flatten_checkpoint, load_state_dict_loudly
+from .load import CheckpointMismatchError, flatten_checkpoint, load_state_dict_loudly
+from .safe_load import CorruptCheckpointError, UnsafeCheckpointError
+
+# what tools/train.py and tools/test.py report in one line instead of a traceback
+CHECKPOINT_ERRORS = (CheckpointMismatchError, CorruptCheckpointError, UnsafeCheckpointError)
 
 # modules of this package with model_layouts(state_dict)
 FAMILIES = ('detr', 'deformable_detr')
@@ -81,13 +85,68 @@ def load_model_weights(model, checkpoint, source, strict=True, logger='current')
         LoadReport (see :mod:`densevit.checkpoint.load`).
     """
     state_dict = drop_non_weights(flatten_checkpoint(checkpoint, source), source, logger)
+    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
     own = set(model.state_dict())
     if not own.issuperset(state_dict):  # not densevit's own layout
         try:
             state_dict = convert_model(state_dict, strict=True, logger=logger)
         except ValueError as e:
             if 'match no known layout' not in str(e):
-                raise ValueError(f'{source}: {e}') from None
+                raise CheckpointMismatchError(f'{source}: {e}') from None
             # no foreign layout either: loaded as it is, so the report names the mismatch
-    return load_state_dict_loudly(model, state_dict, source, strict=strict,
-                                  min_found=0.5, logger=logger)
+    return load_state_dict_loudly(model, state_dict, source, strict=strict, min_found=0.5,
+                                  described=describe_meta(meta), logger=logger)
+
+
+def describe_meta(meta):
+    """What a checkpoint's mmengine ``meta`` says it is, e.g. ``mmseg 1.2.2
+    EncoderDecoder(MixVisionTransformer, SegformerHead)``; None when it says nothing."""
+    if not isinstance(meta, dict):
+        return None
+    library = next((f'{k[:-8]} {v}' for k, v in meta.items()  # 'mmseg_version': 'mmseg'
+                    if k.endswith('_version') and k != 'mmengine_version'), None)
+    model = _model_cfg(meta.get('cfg'))
+    if not model:
+        return library and f'{library} model'
+    parts = [model[k].get('type') for k in ('backbone', 'neck', 'decode_head', 'bbox_head')
+             if isinstance(model.get(k), dict)]
+    shown = f"{model.get('type')}({', '.join(p for p in parts if p)})"
+    return f'{library} {shown}' if library else f'{shown}, from its meta'
+
+
+def _model_cfg(text):
+    """The ``model`` dict of a config saved as text in a checkpoint's meta, or None."""
+    if not isinstance(text, str) or 'model' not in text:
+        return None
+    from mmengine.config import Config
+    try:
+        model = Config.fromstring(text, '.py').get('model')
+    except Exception:  # noqa: BLE001 - any config text we cannot read just goes unnamed
+        return None
+    return model if isinstance(model, dict) else None
+
+
+# backbone-only converters, tried when no whole-model layout fits
+_BACKBONES = (('vit', 'convert_vit'), ('swin', 'convert_swin'), ('mit', 'convert_mit'))
+
+
+def convert_any(state_dict, strict=True, logger='current'):
+    """A whole model (:func:`convert_model`) or, when no whole-model layout fits, a backbone.
+
+    Raises:
+        ValueError: neither; the message lists the first keys.
+    """
+    try:
+        return convert_model(state_dict, strict=strict, logger=logger)
+    except ValueError as e:
+        if 'match no known layout' not in str(e):
+            raise
+    for module_name, fn in _BACKBONES:
+        convert = getattr(importlib.import_module(f'{__package__}.{module_name}'), fn)
+        try:
+            return convert(state_dict, strict=strict)
+        except ValueError as e:
+            if 'match no known layout' not in str(e):
+                raise
+    raise ValueError(f'the keys match no known whole-model or backbone layout; first keys: '
+                     f'{list(state_dict)[:_SHOW]}')

@@ -58,6 +58,11 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint holds pickled objects outside the allow-list (possibly code)."""
 
 
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read: truncated (an interrupted save or copy) or
+    not a checkpoint at all."""
+
+
 def load_checkpoint_safely(path, map_location='cpu'):
     """``torch.load(path, weights_only=True)`` with errors that say what is wrong.
 
@@ -65,12 +70,14 @@ def load_checkpoint_safely(path, map_location='cpu'):
       ``__reduce__``: a file that runs code when unpickled) raises
       :class:`UnsafeCheckpointError` naming the file and the global it asked for;
     - a truncated or corrupt file (an interrupted copy or save) raises
-      ``RuntimeError`` naming the file.
+      :class:`CorruptCheckpointError` (a ``RuntimeError``) naming the file.
     Never falls back to ``weights_only=False``.
     """
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
         raise FileNotFoundError(f'checkpoint not found: {path}')
+    if path.endswith('.safetensors'):  # tensors only by construction
+        return _load_safetensors(path, map_location)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -84,9 +91,21 @@ def load_checkpoint_safely(path, map_location='cpu'):
         ) from None
     except (RuntimeError, EOFError) as e:
         if 'zip' in str(e) or 'central directory' in str(e) or isinstance(e, EOFError):
-            raise RuntimeError(f'checkpoint {path} is truncated or corrupt (an interrupted '
+            raise CorruptCheckpointError(f'checkpoint {path} is truncated or corrupt (an interrupted '
                                f'save or copy?): {e}') from None
         raise
+
+
+def _load_safetensors(path, map_location):
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError as e:
+        raise ImportError(f'{path}: reading .safetensors needs `pip install safetensors`') from e
+    try:
+        return load_file(path, device=str(map_location))
+    except SafetensorError as e:
+        raise CorruptCheckpointError(f'checkpoint {path} is truncated or corrupt: {e}') from None
 
 
 def use_safe_checkpoint_loader():

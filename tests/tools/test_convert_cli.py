@@ -42,7 +42,8 @@ def test_swin_command_line(tmp_path):
                           str(tmp_path / 'out.pth')], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     n = len(sd)
-    assert re.search(rf'official\.pth: {n} tensors -> .*out\.pth: {n} tensors', run.stdout)
+    assert re.search(rf'official\.pth: {n} tensors in the official Swin layout -> .*out\.pth: '
+                     rf'{n} tensors', run.stdout)
     _swin().load_state_dict(torch.load(tmp_path / 'out.pth', weights_only=True), strict=True)
 
 
