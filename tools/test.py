@@ -19,7 +19,11 @@ from densevit.utils.moved import resolve_config
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description='Test (and evaluate) a model')
     p.add_argument('config', help='config file')
-    p.add_argument('checkpoint', help='checkpoint file')
+    p.add_argument('checkpoint', help='checkpoint file: densevit\'s own, or MMSegmentation / '
+                   'MMDetection / official / Hugging Face (converted on load)')
+    p.add_argument('--non-strict', action='store_true',
+                   help='evaluate even when some weights do not load (reported as WARNING '
+                        'lines); by default any missing, unexpected or mis-shaped tensor stops')
     p.add_argument('--work-dir', help='where logs and metrics go')
     p.add_argument('--out', help='dump the raw predictions to this .pkl file')
     p.add_argument('--show-dir', help='write a PNG per image with its predictions to '
@@ -54,6 +58,7 @@ def main(argv=None):
             print(f'densevit: {line}', file=sys.stderr)
         return 1
     runner = Runner.from_cfg(cfg)
+    runner.strict_load = not args.non_strict
     if args.out:
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     try:

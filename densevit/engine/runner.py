@@ -83,8 +83,9 @@ class Runner(MMEngineRunner):
         A checkpoint in another layout (MMSegmentation, MMDetection, the official
         repositories, Hugging Face) is converted on load
         (:func:`densevit.checkpoint.model.load_model_weights`). ``test()`` and
-        ``val()`` load strictly: evaluating a model whose weights did not all load
-        would report a number for a model nobody trained.
+        ``val()`` load strictly unless ``strict_load`` is set False (``tools/test.py
+        --non-strict``): evaluating a model whose weights did not all load would
+        report a number for a model nobody trained.
         """
         from mmengine.model import is_model_wrapper
         from mmengine.runner.checkpoint import _load_checkpoint
@@ -94,14 +95,17 @@ class Runner(MMEngineRunner):
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         model = self.model.module if is_model_wrapper(self.model) else self.model
         load_model_weights(model, checkpoint, str(filename),
-                           strict=strict or getattr(self, '_strict_load', False))
+                           strict=strict or self._evaluating and self.strict_load)
         self._has_loaded = True
         return checkpoint
 
+    strict_load = True  # for test() / val(); training's load_from reports instead
+    _evaluating = False
+
     def test(self):
-        self._strict_load = True
+        self._evaluating = True
         return super().test()
 
     def val(self):
-        self._strict_load = True
+        self._evaluating = True
         return super().val()
