@@ -11,7 +11,7 @@ import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.launch import setup_launcher, shutdown_distributed
-from densevit.engine.preflight import missing_inputs
+from densevit.engine.preflight import missing_inputs, misspelt_keys
 from densevit.engine.runner import Runner
 from densevit.utils.moved import resolve_config
 
@@ -50,7 +50,8 @@ def main(argv=None):
         vis.draw, vis.test_out_dir, vis.score_thr = True, args.show_dir, args.score_thr
     cfg = setup_launcher(cfg, args.launcher)
     # only the test split is read; the checkpoint is checked as load_from
-    problems = missing_inputs(cfg, loaders=('test_dataloader',), pretrained=False)
+    problems = misspelt_keys(cfg) + missing_inputs(cfg, loaders=('test_dataloader',),
+                                                   pretrained=False)
     if args.out and not args.out.endswith(('.pkl', '.pickle')):
         problems.append(f'--out must end with .pkl or .pickle: {args.out}')
     if problems:

@@ -17,7 +17,7 @@ from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
 from densevit.engine.launch import setup_launcher, shutdown_distributed
-from densevit.engine.preflight import missing_inputs
+from densevit.engine.preflight import missing_inputs, misspelt_keys
 from densevit.engine.runner import Runner
 from densevit.engine.training_clock_hook import NO_LIMIT
 from densevit.utils.moved import resolve_config
@@ -118,7 +118,7 @@ def main(argv=None):
     except ValueError as e:
         print(f'densevit: {args.config}: {e}', file=sys.stderr)
         return 1
-    problems = missing_inputs(cfg, resume=bool(args.resume))
+    problems = misspelt_keys(cfg) + missing_inputs(cfg, resume=bool(args.resume))
     if problems:
         for line in problems:
             print(f'densevit: {line}', file=sys.stderr)

@@ -63,3 +63,33 @@ def missing_inputs(cfg, resume=False,
         source = '--resume' if resume else 'load_from'
         problems.append(f'checkpoint not found: {load_from} (from {source}).')
     return problems
+
+
+# the top-level keys mmengine's Runner reads (Runner.__init__ and Runner.from_cfg)
+RUNNER_KEYS = ('model', 'work_dir', 'train_dataloader', 'val_dataloader', 'test_dataloader',
+               'train_cfg', 'val_cfg', 'test_cfg', 'auto_scale_lr', 'optim_wrapper',
+               'param_scheduler', 'val_evaluator', 'test_evaluator', 'default_hooks',
+               'custom_hooks', 'data_preprocessor', 'load_from', 'resume', 'launcher', 'env_cfg',
+               'log_processor', 'log_level', 'visualizer', 'default_scope', 'randomness',
+               'experiment_name', 'model_wrapper_cfg', 'custom_imports')
+
+
+def misspelt_keys(cfg, cutoff=0.85):
+    """Messages, one per top-level key that looks like a misspelt runner key.
+
+    Configs also define variables of their own at the top level (``data_root``,
+    ``train_pipeline``, ``crop_size``...), so an unknown key is only an error when
+    it is this close (difflib ratio >= ``cutoff``) to a key the runner reads:
+    ``optim_wraper`` or ``default_hook`` would otherwise be ignored silently and the
+    run go on with the defaults (or the base config's values).
+    """
+    import difflib
+    problems = []
+    for key in cfg.keys():
+        if key in RUNNER_KEYS:
+            continue
+        close = difflib.get_close_matches(key, RUNNER_KEYS, n=1, cutoff=cutoff)
+        if close:
+            problems.append(f'unknown top-level config key {key!r}: the runner would ignore it. '
+                            f'Did you mean {close[0]!r}?')
+    return problems
