@@ -85,9 +85,36 @@ def test_pipeline(cfg):
     return load, Compose(steps)
 
 
+def as_bgr_uint8(img):
+    """An image array as ``H x W x 3`` uint8 BGR, the form the test pipeline expects.
+
+    Accepted: ``H x W`` and ``H x W x 1`` grayscale (repeated to 3 channels),
+    ``H x W x 3`` BGR, ``H x W x 4`` BGRA (alpha dropped); uint8 0..255, or float
+    0..1 (scaled by 255 and rounded). Anything else raises ``ValueError`` saying
+    what was given: float values outside 0..1 are refused rather than guessed at.
+    """
+    if img.ndim == 2:
+        img = img[..., None]
+    if img.ndim != 3 or img.shape[2] not in (1, 3, 4):
+        raise ValueError(f'inference: expected an H x W, H x W x 1 (gray), H x W x 3 (BGR) or '
+                         f'H x W x 4 (BGRA) array, got shape {tuple(img.shape)}')
+    if img.dtype.kind == 'f':
+        lo, hi = (float(img.min()), float(img.max())) if img.size else (0.0, 0.0)
+        if lo < 0 or hi > 1 or not np.isfinite(img).all():
+            raise ValueError(f'inference: float images must hold values in 0..1 (got '
+                             f'{lo:g}..{hi:g}); pass uint8 0..255 pixel values instead')
+        img = np.rint(img * 255).astype(np.uint8)
+    elif img.dtype != np.uint8:
+        raise ValueError(f'inference: expected uint8 (0..255) or float (0..1) pixels, '
+                         f'got {img.dtype}')
+    if img.shape[2] == 1:
+        img = np.repeat(img, 3, axis=2)
+    return np.ascontiguousarray(img[..., :3])
+
+
 def _prepare(item, load, rest):
     if isinstance(item, np.ndarray):
-        img = item if item.ndim == 3 else item[..., None]
+        img = as_bgr_uint8(item)
         results = dict(img=img, img_shape=img.shape[:2], ori_shape=img.shape[:2])
     else:
         if load is None:
@@ -101,8 +128,10 @@ def inference(model, images, batch_size=1):
 
     Args:
         model: from :func:`init_model`.
-        images (str | Path | np.ndarray | list): file paths or HWC uint8 arrays in
-            **BGR** order (as ``cv2.imread`` gives), or a list of them.
+        images (str | Path | np.ndarray | list): file paths or arrays, or a list
+            of them. Arrays are **BGR** (as ``cv2.imread`` gives) ``H x W x 3``, or
+            BGRA ``H x W x 4``, or grayscale ``H x W`` / ``H x W x 1``; uint8
+            0..255 or float 0..1 (see :func:`as_bgr_uint8`).
         batch_size (int): images per forward pass.
 
     Returns:
