@@ -16,6 +16,7 @@ import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
+from densevit.engine.checkpoint_hook import CheckpointSaveError
 from densevit.engine.launch import setup_launcher, shutdown_distributed
 from densevit.engine.preflight import missing_inputs, misspelt_keys
 from densevit.engine.runner import Runner
@@ -125,7 +126,7 @@ def main(argv=None):
         return 1
     try:
         Runner.from_cfg(cfg).train()
-    except CHECKPOINT_ERRORS as e:  # load_from / --resume that does not fit
+    except (*CHECKPOINT_ERRORS, CheckpointSaveError) as e:  # load_from / resume / a save
         print(f'densevit: {e}', file=sys.stderr)
         return 1
     shutdown_distributed()

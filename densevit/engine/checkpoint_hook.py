@@ -24,9 +24,11 @@ resumes) routes mmengine's local checkpoint reads through
 :func:`densevit.checkpoint.safe_load.load_checkpoint_safely` (``weights_only=True``, clear
 errors for files holding pickled code or cut short).
 """
+import contextlib
 import glob
 import os
 import os.path as osp
+import shutil
 
 from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend
@@ -40,14 +42,38 @@ use_safe_checkpoint_loader()
 _TMP_SUFFIX = '.tmp'
 
 
+class CheckpointSaveError(OSError):
+    """A checkpoint could not be written (e.g. the disk is full); the message names the
+    file and the free space, and no temporary file is left behind."""
+
+
+@contextlib.contextmanager
+def _cleaned_on_error(path, previous=None):
+    """Remove ``path + .tmp`` and raise :class:`CheckpointSaveError` if the block fails."""
+    tmp = path + _TMP_SUFFIX
+    try:
+        yield tmp
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        folder = osp.dirname(osp.abspath(path))
+        try:
+            free = f'{shutil.disk_usage(folder).free / 2**20:.1f} MiB free in {folder}'
+        except OSError:
+            free = f'free space of {folder} unknown'
+        kept = f'; {previous} is intact' if previous and osp.isfile(previous) else ''
+        raise CheckpointSaveError(e.errno, f'could not write {path}: {e.strerror or e} '
+                                  f'({free}){kept}') from None
+
+
 def atomic_write_text(path, text):
     """Write ``text`` to ``path`` through a temporary file and a rename."""
-    tmp = f'{path}{_TMP_SUFFIX}'
-    with open(tmp, 'w') as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with _cleaned_on_error(path) as tmp:
+        with open(tmp, 'w') as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
 
 def _fsync(path):
@@ -80,19 +106,21 @@ class AtomicCheckpointHook(MMEngineCheckpointHook):
             return super()._save_checkpoint_with_step(runner, step, meta)
         name = self.filename_tmpl.format(step)
         path = osp.join(self.out_dir, name)
+        previous = self.last_ckpt
         self.last_ckpt = path
         runner.message_hub.update_info('last_ckpt', path)
         stale = self._track(runner, step)
-        # Runner.save_checkpoint writes on the main process only
-        runner.save_checkpoint(self.out_dir, name + _TMP_SUFFIX, self.file_client_args,
-                               save_optimizer=self.save_optimizer,
-                               save_param_scheduler=self.save_param_scheduler, meta=meta,
-                               by_epoch=self.by_epoch, backend_args=self.backend_args,
-                               **self.args)
-        if not is_main_process():
-            return
-        _fsync(path + _TMP_SUFFIX)
-        os.replace(path + _TMP_SUFFIX, path)
+        with _cleaned_on_error(path, previous) as tmp:
+            # Runner.save_checkpoint writes on the main process only
+            runner.save_checkpoint(self.out_dir, osp.basename(tmp), self.file_client_args,
+                                   save_optimizer=self.save_optimizer,
+                                   save_param_scheduler=self.save_param_scheduler, meta=meta,
+                                   by_epoch=self.by_epoch, backend_args=self.backend_args,
+                                   **self.args)
+            if not is_main_process():
+                return
+            _fsync(tmp)
+            os.replace(tmp, path)
         atomic_write_text(osp.join(runner.work_dir, 'last_checkpoint'), path)
         for old in stale:
             old_path = osp.join(self.out_dir, self.filename_tmpl.format(old))

@@ -2,6 +2,7 @@
 
 - SIGKILL mid-run, then ``--resume``: the same final weights as an uninterrupted run.
 - A checkpoint save interrupted midway: ``last_checkpoint`` still names a complete file.
+- The disk full during a save: one line naming the file and the free space, no temp file.
 - A checkpoint carrying pickled code: refused with a message saying so, code not run.
 - A corrupt image: an error naming the file, or skipped with a warning naming it.
 """
@@ -101,6 +102,35 @@ def test_interrupted_save_never_leaves_a_corrupt_latest_checkpoint(train_tool, t
                                 *options, *unique_names()]) == 0
     assert load_checkpoint_safely(work / 'iter_4.pth')['meta']['iter'] == 4
     assert not list(work.glob('*.tmp')) and not (work / 'iter_2.pth').exists()
+
+
+def test_disk_full_during_a_save_names_the_file_and_free_space(train_tool, tmp_path, monkeypatch,
+                                                              capsys):
+    """ENOSPC while writing iter_4.pth: one line naming the file and the free space, the
+    previous checkpoint intact and named, no temporary file left."""
+    import errno
+    put, calls = LocalBackend.put, []
+
+    def full_disk_put(self, obj, filepath):
+        calls.append(str(filepath))
+        if len(calls) == 2:
+            with open(filepath, 'wb') as f:
+                f.write(obj[:len(obj) // 3])
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        return put(self, obj, filepath)
+
+    work = tmp_path / 'w'
+    monkeypatch.setattr(LocalBackend, 'put', full_disk_put)
+    with isolated():
+        rc = train_tool.main([write_config(tmp_path), '--work-dir', str(work), '--cfg-options',
+                              *NO_VAL, *unique_names()])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert f'could not write {work}/iter_4.pth: No space left on device (' in err
+    assert 'MiB free in' in err and f'{work}/iter_2.pth is intact' in err
+    assert 'Traceback' not in err
+    assert not list(work.glob('*.tmp'))
+    assert load_checkpoint_safely(work / 'iter_2.pth')['meta']['iter'] == 2
 
 
 class _Payload:
