@@ -109,3 +109,53 @@ class Runner(MMEngineRunner):
     def val(self):
         self._evaluating = True
         return super().val()
+
+    def load_or_resume(self):
+        """mmengine's, but ``--resume`` without a path falls back to the newest intact
+        checkpoint when the latest is truncated (warning naming both), and says once
+        that it starts from scratch when the work dir has none."""
+        if self._has_loaded or not (self._resume and self._load_from is None):
+            return super().load_or_resume()
+        chosen = newest_intact_checkpoint(self.work_dir, self.logger)
+        if chosen is None:
+            self.logger.info(f'--resume: no checkpoint in {self.work_dir}; starting from '
+                             f'scratch')
+        else:
+            self.logger.info(f'resuming from {chosen}')
+            self.resume(chosen)
+        self._has_loaded = True
+
+
+def newest_intact_checkpoint(work_dir, logger):
+    """The checkpoint ``--resume`` continues from: the one ``last_checkpoint`` names or,
+    when that is truncated or gone, the newest ``iter_*.pth`` / ``epoch_*.pth`` that
+    loads (with a WARNING naming both). None when the work dir has none."""
+    import glob
+    import re
+
+    from mmengine.runner.checkpoint import find_latest_checkpoint
+
+    from densevit.checkpoint.safe_load import CorruptCheckpointError, load_checkpoint_safely
+    latest = find_latest_checkpoint(work_dir)
+
+    def step(path):
+        m = re.search(r'(\d+)\.pth$', path)
+        return int(m[1]) if m else -1
+    saved = sorted(glob.glob(osp.join(work_dir, '*_[0-9]*.pth')), key=step, reverse=True)
+    candidates = list(dict.fromkeys(([latest] if latest else []) + saved))
+    broken = []
+    for path in candidates:
+        try:
+            load_checkpoint_safely(path)
+        except (CorruptCheckpointError, FileNotFoundError) as e:
+            broken.append(path)
+            logger.warning(f'--resume: skipping {path}: {e}')
+            continue
+        if broken:
+            logger.warning(f'--resume: the latest checkpoint {broken[0]} is unreadable; '
+                           f'resuming from {path}, the newest intact one')
+        return path
+    if broken:
+        raise CorruptCheckpointError(f'--resume: every checkpoint in {work_dir} is unreadable: '
+                                     f'{broken}')
+    return None

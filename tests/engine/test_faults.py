@@ -3,6 +3,7 @@
 - SIGKILL mid-run, then ``--resume``: the same final weights as an uninterrupted run.
 - A checkpoint save interrupted midway: ``last_checkpoint`` still names a complete file.
 - The disk full during a save: one line naming the file and the free space, no temp file.
+- A truncated latest checkpoint: ``--resume`` continues from the newest intact one.
 - A checkpoint carrying pickled code: refused with a message saying so, code not run.
 - A corrupt image: an error naming the file, or skipped with a warning naming it.
 """
@@ -131,6 +132,27 @@ def test_disk_full_during_a_save_names_the_file_and_free_space(train_tool, tmp_p
     assert 'Traceback' not in err
     assert not list(work.glob('*.tmp'))
     assert load_checkpoint_safely(work / 'iter_2.pth')['meta']['iter'] == 2
+
+
+def test_resume_falls_back_to_the_newest_intact_checkpoint(train_tool, tmp_path, capsys):
+    work = tmp_path / 'w'
+    config = write_config(tmp_path)
+    with isolated():
+        assert train_tool.main([config, '--work-dir', str(work), '--resume', '--cfg-options',
+                                *NO_VAL, *unique_names()]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f'--resume: no checkpoint in {work}; starting from scratch') == 1
+    assert 'Auto resumed' not in out
+    latest = work / 'iter_4.pth'
+    latest.write_bytes(latest.read_bytes()[:1000])  # a truncated latest checkpoint
+    time.sleep(1.0)
+    with isolated():
+        assert train_tool.main([config, '--work-dir', str(work), '--resume', '--cfg-options',
+                                *NO_VAL, *unique_names()]) == 0
+    out = capsys.readouterr().out
+    assert (f'--resume: the latest checkpoint {latest} is unreadable; resuming from '
+            f'{work}/iter_2.pth, the newest intact one') in out
+    assert load_checkpoint_safely(latest)['meta']['iter'] == 4  # written again, whole
 
 
 class _Payload:
