@@ -33,7 +33,11 @@ dense_heads/deformable_detr_head.py, necks/channel_mapper.py). Signature
 - Two-stage: ``memory_trans_fc``, ``memory_trans_norm``, ``pos_trans_fc``,
   ``pos_trans_norm`` -> ``bbox_head.proposals.{memory_fc, memory_norm, pos_fc, pos_norm}``;
   the encoder's predictors are the extra index N = decoder layers (as ours); no
-  ``query_embedding`` / ``reference_points_fc``.
+  ``query_embedding`` / ``reference_points_fc``. mmdet also allows two-stage without
+  refinement (one shared predictor for the encoder too); densevit's head does not.
+- Not in the keys, so assumed as the zoo configs have them: the ChannelMapper has
+  ``act_cfg=None`` (no activation after its GroupNorm, as our ``input_proj``), and the
+  positional encoding is ``normalize=True, offset=-0.5``.
 
 **Official** fundamentalvision/Deformable-DETR (models/deformable_detr.py,
 deformable_transformer.py, backbone.py). Signature ``transformer.encoder.layers.N.self_attn
