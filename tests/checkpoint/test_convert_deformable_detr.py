@@ -2,6 +2,8 @@
 plain, with box refinement, and two-stage (with refinement). Every HF tensor is random
 (``randomize_``: BatchNorm statistics, biases, level embeddings, reference-point layer),
 so a swapped or mis-split tensor shows in the outputs."""
+import itertools
+
 import pytest
 import torch
 from mmengine.registry import DefaultScope
@@ -13,6 +15,7 @@ from densevit.registry import MODELS
 from densevit.structures import DataSample
 
 transformers = pytest.importorskip('transformers')
+_SCOPES = itertools.count()  # a fresh default-scope name per model
 
 
 def _hf(refine, two_stage=False):
@@ -31,7 +34,7 @@ def _hf(refine, two_stage=False):
 
 
 def _ours(refine, two_stage=False):
-    DefaultScope.get_instance(f'test_convert_ddetr_{id(object())}', scope_name='densevit')
+    DefaultScope.get_instance(f'test_convert_ddetr_{next(_SCOPES)}', scope_name='densevit')
     return MODELS.build(dict(
         type='DeformableDETR',
         backbone=dict(type='ResNet', depth=18, stage_blocks=(1, 1, 1, 1), base_channels=8,
