@@ -1,14 +1,21 @@
 """densevit's Deformable DETR equals HF transformers' with converted weights (tiny config):
-plain, with box refinement, and two-stage (with refinement)."""
+plain, with box refinement, and two-stage (with refinement). Every HF tensor is random
+(``randomize_``: BatchNorm statistics, biases, level embeddings, reference-point layer),
+so a swapped or mis-split tensor shows in the outputs."""
+import itertools
+
 import pytest
 import torch
 from mmengine.registry import DefaultScope
+from random_init import randomize_
 
 from densevit.checkpoint.deformable_detr import convert_deformable_detr
+from densevit.checkpoint.model import convert_model
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 
 transformers = pytest.importorskip('transformers')
+_SCOPES = itertools.count()  # a fresh default-scope name per model
 
 
 def _hf(refine, two_stage=False):
@@ -23,20 +30,11 @@ def _hf(refine, two_stage=False):
         decoder_n_points=2, num_feature_levels=4, with_box_refine=refine,
         two_stage=two_stage, two_stage_num_proposals=6, disable_custom_kernels=True)
     torch.manual_seed(0)
-    model = DeformableDetrForObjectDetection(cfg).eval()
-    with torch.no_grad():  # make every tensor non-trivial (HF zero-inits some)
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-        for name, b in model.named_buffers():
-            if name.endswith('running_var'):
-                b.uniform_(0.5, 1.5)
-            elif name.endswith('running_mean'):
-                b.normal_(0, 0.1)
-    return model
+    return randomize_(DeformableDetrForObjectDetection(cfg).eval(), seed=int(refine) + 2 * two_stage)
 
 
 def _ours(refine, two_stage=False):
-    DefaultScope.get_instance(f'test_convert_ddetr_{id(object())}', scope_name='densevit')
+    DefaultScope.get_instance(f'test_convert_ddetr_{next(_SCOPES)}', scope_name='densevit')
     return MODELS.build(dict(
         type='DeformableDETR',
         backbone=dict(type='ResNet', depth=18, stage_blocks=(1, 1, 1, 1), base_channels=8,
@@ -55,6 +53,8 @@ def test_matches_hf_deformable_detr(refine, two_stage):
     hf = _hf(refine, two_stage)
     ours = _ours(refine, two_stage)
     sd = convert_deformable_detr(hf.state_dict(), strict=True)
+    # among every family's whole-model layouts (mmdet's and the official's too)
+    assert convert_model(hf.state_dict(), strict=True).layout == 'Hugging Face Deformable DETR'
     missing, unexpected = ours.load_state_dict(sd, strict=False)
     assert not unexpected and not [k for k in missing if 'num_batches_tracked' not in k]
     x = torch.randn(2, 3, 64, 80)
