@@ -143,9 +143,9 @@ def make_imagenet(xs):
     model.init_weights()  # mmseg's own loader: what its configs do with this file
     model.eval()
     save_io(name, xs, backbone_maps(model, xs),
-            f'official-layout random Swin (embed 16, depths 2/2, heads 2/4, window {WINDOW}) '
-            f"through mmseg's swin2mmseg.py; outputs: mmseg SwinTransformer(init_cfg=Pretrained) maps "
-            f'per input; {versions()}')
+            f'official-layout random Swin (embed 16, depths 2/2, heads 2/4, '
+            f"window {WINDOW}) through mmseg's swin2mmseg.py; outputs: mmseg "
+            f'SwinTransformer(init_cfg=Pretrained) maps per input; {versions()}')
 
 
 def main():
