@@ -234,7 +234,8 @@ def convert_swin(state_dict, strict=False):
         with the origin's ``layout`` name and ``options`` (``always_shift``).
 
     Raises:
-        ValueError: the keys match no Swin layout (the first keys are listed).
+        ValueError: the keys match no Swin layout (the first keys are listed; keys
+            under ``backbone.`` get a hint to set ``prefix``).
     """
     keys = list(state_dict)
     # timm moved patch merging to the start of the next stage: no stage 0 merging.
@@ -245,4 +246,11 @@ def convert_swin(state_dict, strict=False):
                or re.fullmatch(r'norm\d+\.weight', k) for k in keys)
     official = TIMM if timm else DENSEVIT if ours else OFFICIAL
     hf = HF_BACKBONE if any(k.startswith('hidden_states_norms.') for k in keys) else HF
-    return convert_state_dict(state_dict, [official, hf, MMSEG], 'Swin', strict)
+    try:
+        return convert_state_dict(state_dict, [official, hf, MMSEG], 'Swin', strict)
+    except ValueError as e:
+        if 'match no known layout' in str(e) and any(k.startswith('backbone.') for k in keys):
+            raise ValueError(f"{e}. These keys start with 'backbone.': a whole model's "
+                             f"checkpoint; load its backbone with init_cfg=dict(type='Pretrained', "
+                             f"checkpoint=..., prefix='backbone.')") from None
+        raise

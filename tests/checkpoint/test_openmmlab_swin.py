@@ -139,3 +139,10 @@ def test_other_swin_layouts_are_not_mmseg():
         official.pop('norm1.bias')
     converted = convert_swin(official, strict=True)
     assert converted.layout == 'official Swin' and converted.options == {'always_shift': False}
+
+
+def test_whole_model_file_without_prefix_says_how():
+    model = _model('mmseg_upernet_swin', init_cfg=dict(
+        type='Pretrained', checkpoint=str(FIXTURES / 'mmseg_upernet_swin.pth')))
+    with pytest.raises(ValueError, match=r"prefix='backbone\.'"):
+        model.init_weights()
