@@ -85,8 +85,7 @@ class SwinTransformer(BaseModule):
             placement 'stem' applies: token width and grid change per stage.
         always_shift (bool, optional): True: every second block of a stage shifts
             its windows, whatever the map size (the dense-prediction codes:
-            official detection / segmentation, MMSegmentation, MMDetection, HF
-            ``SwinBackbone``). False: a stage whose map's shorter side is no
+            MMSegmentation, MMDetection, HF ``SwinBackbone``). False: a stage whose map's shorter side is no
             longer than the window does not shift (Swin's classifiers: official
             and timm at their training size, HF ``SwinModel``; e.g. the 7x7 last
             stage at 224). None (default): True, unless a checkpoint loaded

@@ -5,13 +5,14 @@ official code; a block pads its map to whole windows and crops it back, so any
 grid size works.
 
 Shifting a map that is no larger than one window: the dense-prediction codes
-(the official detection / segmentation repos, MMSegmentation, MMDetection, HF
-``SwinBackbone``) shift every second block whatever the map size
-(``always_shift=True``); the classification models (official and timm at their
-training size, HF ``SwinModel`` at any size) do not shift in a stage whose map's
-shorter side is no longer than the window M, e.g. the 7x7 last stage of a 224
+(MMSegmentation, MMDetection, HF ``SwinBackbone``) shift every second block whatever
+the map size (``always_shift=True``); the classification models (official and timm
+at their training size, HF ``SwinModel`` at any size) do not shift in a stage whose
+map's shorter side is no longer than the window M, e.g. the 7x7 last stage of a 224
 model with M = 7 (``always_shift=False``). Both are offered; checkpoints pick the
-one of their origin (see ``SwinTransformer.checkpoint_options``).
+one of their origin (see ``SwinTransformer.checkpoint_options``). A map smaller than
+M keeps the M x M window here (zero-padded); the classifiers would shrink the window
+(HF ``SwinModel`` then fails on its bias table), so there is no reference for it.
 """
 import torch
 import torch.nn.functional as F
