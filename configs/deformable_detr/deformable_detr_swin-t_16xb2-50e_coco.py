@@ -9,6 +9,7 @@ model = dict(
     backbone=dict(
         type='SwinTransformer', arch='tiny', pretrain_img_size=224, patch_size=4, window_size=7,
         drop_path_rate=0.2, out_indices=(1, 2, 3),
+        always_shift=True,  # as MMDetection's Swin (see configs/detr_swin-t.py)
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)))
 optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
     'relative_position_bias_table': dict(lr_mult=0.1, decay_mult=0.0)}))

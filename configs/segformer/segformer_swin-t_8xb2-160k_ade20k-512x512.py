@@ -7,5 +7,6 @@ pretrained = 'checkpoints/swin_tiny_patch4_window7_224.pth'
 model = dict(
     backbone=dict(_delete_=True, type='SwinTransformer', arch='tiny', drop_path_rate=0.2,
                   out_indices=(0, 1, 2, 3),
+                  always_shift=True,  # as mmseg's Swin (see configs/detr_swin-t.py)
                   init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     decode_head=dict(in_channels=[96, 192, 384, 768], channels=768))

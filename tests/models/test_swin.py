@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from random_init import randomize_
 
-from densevit.checkpoint.load import read_checkpoint
 from densevit.checkpoint.swin import convert_swin
 from densevit.models.backbones.swin import ARCH_SETTINGS, SwinTransformer
 from densevit.models.layers.swin_block import PatchMerging, SwinBlock
@@ -19,18 +19,6 @@ from densevit.models.layers.window_attention import (
 from densevit.registry import MODELS
 
 TINY = dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2))
-
-
-
-
-def _randomize(model, seed=0):
-    # HF zero-initialises the bias tables: random values make every mis-mapped
-    # (or mis-indexed) tensor show in the outputs.
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return model
 
 
 def _tiny(**kwargs):
@@ -210,19 +198,26 @@ def hf_swin_backbone(tmp_path_factory):
     cfg = transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[2, 2],
                                   num_heads=[1, 2], window_size=4, drop_path_rate=0.,
                                   out_features=['stage1', 'stage2'])
-    model = _randomize(transformers.SwinBackbone(cfg)).eval()
+    model = randomize_(transformers.SwinBackbone(cfg)).eval()
     path = tmp_path_factory.mktemp('hf_swin')
     model.save_pretrained(path)  # the Hub file layout (attention.self.query ...)
     return model, path / 'model.safetensors', cfg
 
 
 @pytest.mark.parametrize('source', ['hub_file', 'module_state_dict'])
-def test_hf_swin_backbone_outputs_match(hf_swin_backbone, source):
-    """HF ``SwinBackbone`` (always shifted windows, one LayerNorm per output, as ours)."""
+def test_hf_swin_backbone_outputs_match(hf_swin_backbone, source, tmp_path, log_lines):
+    """HF ``SwinBackbone`` (always shifted windows, one LayerNorm per output, as ours),
+    loaded through init_cfg: its origin keeps ``always_shift=True``."""
     hf, path, _ = hf_swin_backbone
-    sd = read_checkpoint(path) if source == 'hub_file' else hf.state_dict()
-    ours = _tiny()
-    ours.load_state_dict(convert_swin(sd, strict=True), strict=True)
+    if source == 'module_state_dict':
+        path = tmp_path / 'swin_backbone.pth'
+        torch.save(hf.state_dict(), path)
+    ours = _tiny(init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    ours.init_weights()
+    ours.eval()
+    assert ours.always_shift
+    assert 'Hugging Face SwinBackbone layout' in '\n'.join(m for _, m in log_lines)
+    assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]
     for size in [(32, 32), (37, 53), (8, 8)]:  # exact fit, padding at both levels, 1-window maps
         x = torch.randn(2, 3, *size)
         with torch.no_grad():
@@ -232,24 +227,32 @@ def test_hf_swin_backbone_outputs_match(hf_swin_backbone, source):
             torch.testing.assert_close(o, r, atol=1e-4, rtol=0)
 
 
-def test_hf_swin_model_final_norm(hf_swin_backbone):
-    """HF ``SwinModel`` has one final layernorm: it becomes ``norm1`` (the last stage's).
-
-    SwinModel turns off the shift of a stage whose map fits in one window (and
-    remembers it), so the comparison uses a fresh model and maps larger than the window.
+@pytest.mark.parametrize('size', [(40, 48), (32, 32), (37, 53)])
+def test_hf_swin_model_matches(hf_swin_backbone, tmp_path, size, log_lines):
+    """HF ``SwinModel``: its one final layernorm becomes ``norm1`` (the last stage's), and
+    its origin gives ``always_shift=False``: a stage whose map's shorter side is no longer
+    than the window is not shifted. (32, 32) is the 224-pixel case in small: the last map
+    4x4 equals the 4x4 window; (40, 48) maps 10x12 then 5x6, larger; (37, 53) 10x14 then
+    5x7, padded. SwinModel remembers a turned-off shift, so each size gets a fresh copy.
     """
     transformers = pytest.importorskip('transformers')
     _, _, cfg = hf_swin_backbone
-    hf = _randomize(transformers.SwinModel(cfg, add_pooling_layer=False), seed=1).eval()
-    ours = _tiny()
-    missing, unexpected = ours.load_state_dict(convert_swin(hf.state_dict(), strict=True),
-                                               strict=False)
-    assert missing == ['norm0.weight', 'norm0.bias'] and not unexpected  # new in a backbone
-    x = torch.randn(1, 3, 40, 48)  # grids 10x12 then 5x6, both larger than the 4x4 window
+    hf = randomize_(transformers.SwinModel(cfg, add_pooling_layer=False), seed=1).eval()
+    hf.save_pretrained(tmp_path)
+    ours = _tiny(init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'model.safetensors')))
+    ours.init_weights()
+    ours.eval()
+    assert not ours.always_shift
+    assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]
+    assert any('norm0.weight' in m and 'expected' in m for _, m in log_lines)  # new in a backbone
+    x = torch.randn(2, 3, *size)
     with torch.no_grad():
-        ref = hf(pixel_values=x).last_hidden_state  # [1, 5*6, 32]
-        last = ours(x)[-1]
-    torch.testing.assert_close(last.flatten(2).transpose(1, 2), ref, atol=1e-4, rtol=0)
+        ref = hf(pixel_values=x).last_hidden_state  # [2, h*w, 32]
+        last = ours(x)[-1].flatten(2).transpose(1, 2)
+        torch.testing.assert_close(last, ref, atol=1e-4, rtol=0)
+        ours.always_shift = True  # what densevit did before: far off at 32x32 only
+        diff = (ours(x)[-1].flatten(2).transpose(1, 2) - ref).abs().max()
+    assert diff > 0.05 if size == (32, 32) else diff < 1e-4
 
 
 # ---------------------------------------------------------------- other layouts, loading
@@ -283,7 +286,7 @@ def test_init_cfg_pretrained_official_other_window(tmp_path, log_lines):
     """A window-7 official checkpoint with an absolute table for 56x56 loads into a
     window-4 model via init_cfg: tables resized, the missing norm0 reported as expected."""
     src = _tiny(window_size=7, use_abs_pos_embed=True, pretrain_img_size=224)
-    src.init_weights()
+    randomize_(src)
     path = tmp_path / 'swin_official.pth'
     torch.save({'model': _official_state_dict(src)}, path)
 
@@ -299,6 +302,43 @@ def test_init_cfg_pretrained_official_other_window(tmp_path, log_lines):
     assert 'from grid 7x7 to 4x4' in text and 'from 56x56 to 8x8' in text
     assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]
     assert any('norm0.weight' in m and 'expected' in m for _, m in log_lines)
+    assert not dst.always_shift and 'always_shift=False' in text  # a classifier's checkpoint
+
+
+@pytest.mark.parametrize('layout', ['official', 'timm', 'densevit'])
+def test_layouts_reproduce_the_source_model(tmp_path, layout):
+    """Random weights (non-zero bias tables, biases, norms) saved in each layout load back
+    into the same outputs, 1-window maps included; the origin sets always_shift."""
+    src = randomize_(_tiny(always_shift=layout == 'densevit'), seed=2)
+    sd = _official_state_dict(src) if layout != 'densevit' else src.state_dict()
+    if layout == 'timm':
+        sd = {k.replace('layers.0.downsample', 'layers.1.downsample'): v for k, v in sd.items()}
+        sd['head.fc.weight'] = sd.pop('head.weight')
+    torch.save(sd, tmp_path / 'swin.pth')
+    dst = _tiny(init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'swin.pth')))
+    dst.init_weights()
+    dst.eval()
+    assert dst.always_shift == (layout == 'densevit')  # densevit's own: the config's default
+    if layout != 'densevit':  # the classifier's file has no norm0: give it the source's
+        dst.norm0.load_state_dict(src.norm0.state_dict())
+    for size in [(32, 32), (37, 53), (16, 16)]:
+        x = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            for o, r in zip(dst(x), src(x), strict=True):
+                torch.testing.assert_close(o, r, atol=1e-5, rtol=0)
+
+
+def test_checkpoint_options_rules(log_lines):
+    model = _tiny()
+    model.checkpoint_options(always_shift=False)
+    assert not model.always_shift and not model.layers[1].blocks[1].always_shift
+    model.checkpoint_options(always_shift=True, layer_norm_eps=1e-6)
+    assert model.always_shift
+    assert any(lvl == logging.WARNING and 'layer_norm_eps' in m for lvl, m in log_lines)
+    explicit = _tiny(always_shift=True)
+    explicit.checkpoint_options(always_shift=False)  # the config wins, with a log line
+    assert explicit.always_shift
+    assert any('keeping always_shift=True' in m for _, m in log_lines)
 
 
 def test_init_cfg_pretrained_reports_missing_loudly(tmp_path, log_lines):

@@ -1,6 +1,9 @@
 """Swin Transformer backbone (Liu et al. 2021, "Hierarchical Vision Transformer using Shifted
 Windows")."""
+import logging
+
 import torch.nn.functional as F
+from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
 
@@ -44,10 +47,11 @@ def _arch_setting(arch):
 
 
 def _output_norm_keys(model):
-    # ImageNet checkpoints have one final norm (-> the last stage's); the other
-    # outputs' norms exist only in dense-prediction backbones.
-    last = len(model.layers) - 1
-    return tuple(f'norm{i}.' for i in model.out_indices if i != last)
+    # ImageNet checkpoints have at most one final norm (official / timm / HF: mapped
+    # to the last stage's; MMSegmentation's ImageNet files: unused, see
+    # densevit/checkpoint/swin.py); the outputs' norms exist only in dense-prediction
+    # backbones, and start as identity.
+    return tuple(f'norm{i}.' for i in model.out_indices)
 
 
 @MODELS.register_module()
@@ -79,6 +83,15 @@ class SwinTransformer(BaseModule):
             ``'learned_1d'``; any absolute type of the position family
             (``learned_1d``, ``learned_2d``, ``sincos_2d``) may be named. Only
             placement 'stem' applies: token width and grid change per stage.
+        always_shift (bool, optional): True: every second block of a stage shifts
+            its windows, whatever the map size (the dense-prediction codes:
+            MMSegmentation, MMDetection, HF ``SwinBackbone``). False: a stage whose map's shorter side is no
+            longer than the window does not shift (Swin's classifiers: official
+            and timm at their training size, HF ``SwinModel``; e.g. the 7x7 last
+            stage at 224). None (default): True, unless a checkpoint loaded
+            through ``init_cfg`` comes from a classifier (see
+            :meth:`checkpoint_options`). Set it in configs that fine-tune, so
+            the trained model tests the same way when reloaded.
         with_cp (bool): gradient checkpointing of every block (saves memory).
         frozen_stages (int): -1 trains all; 0 freezes the patch embedding (and
             absolute position table); k > 0 also stages 0..k-1 with their merging
@@ -94,7 +107,7 @@ class SwinTransformer(BaseModule):
     def __init__(self, arch='tiny', pretrain_img_size=224, patch_size=4, in_channels=3,
                  window_size=7, mlp_ratio=4., qkv_bias=True, drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0.1, out_indices=(0, 1, 2, 3), use_abs_pos_embed=False,
-                 with_cp=False, frozen_stages=-1, init_cfg=None):
+                 always_shift=None, with_cp=False, frozen_stages=-1, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         setting = _arch_setting(arch)
         C, depths, heads = setting['embed_dims'], setting['depths'], setting['num_heads']
@@ -118,9 +131,10 @@ class SwinTransformer(BaseModule):
             self.layers.append(SwinStage(
                 C * 2 ** i, depths[i], heads[i], window_size,
                 drop_path_rates=dpr[first:first + depths[i]], downsample=i < num_stages - 1,
-                with_cp=with_cp, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, drop_rate=drop_rate,
-                attn_drop_rate=attn_drop_rate))
+                with_cp=with_cp, always_shift=always_shift is not False, mlp_ratio=mlp_ratio,
+                qkv_bias=qkv_bias, drop_rate=drop_rate, attn_drop_rate=attn_drop_rate))
 
+        self._always_shift_cfg = always_shift  # None: follows the checkpoint's origin
         self.out_indices = [i % num_stages for i in out_indices]
         if not self.out_indices or any(not -num_stages <= i < num_stages for i in out_indices):
             raise IndexError(f'out_indices {out_indices} out of range for {num_stages} stages')
@@ -133,6 +147,42 @@ class SwinTransformer(BaseModule):
             raise ValueError(f'frozen_stages must be in [-1, {num_stages}]')
         self.frozen_stages = frozen_stages
         self._freeze_stages()
+
+    @property
+    def always_shift(self):
+        """Whether small maps are shifted too (see the class docstring); settable."""
+        return self.layers[0].blocks[0].always_shift
+
+    @always_shift.setter
+    def always_shift(self, value):
+        for stage in self.layers:
+            for block in stage.blocks:
+                block.always_shift = bool(value)
+
+    def checkpoint_options(self, always_shift=None, **unknown):
+        """Take the options of a checkpoint's origin (called when one is loaded).
+
+        Args:
+            always_shift (bool, optional): the origin's shift rule (MMSegmentation,
+                HF ``SwinBackbone``: True; official / timm / HF ``SwinModel``
+                classifiers: False). A value set in the config wins (logged).
+        """
+        if unknown:
+            print_log(f'SwinTransformer: ignoring unknown checkpoint options {unknown}',
+                      logger='current', level=logging.WARNING)
+        if always_shift is None or bool(always_shift) == self.always_shift:
+            return
+        if self._always_shift_cfg is not None:
+            print_log(f'SwinTransformer: the checkpoint comes from a model built with '
+                      f'always_shift={always_shift}; keeping always_shift='
+                      f'{self._always_shift_cfg} set in the config', logger='current')
+            return
+        rule = ('shifted windows in every stage' if always_shift else
+                'no shift in a stage whose map is no larger than the window')
+        print_log(f'SwinTransformer: always_shift={always_shift} ({rule}), as in the model the '
+                  f'checkpoint comes from; set always_shift in the config to keep it when this '
+                  f'model is reloaded', logger='current')
+        self.always_shift = always_shift
 
     @staticmethod
     def _build_abs_pos_embed(cfg, embed_dims, grid_hw):

@@ -3,6 +3,16 @@
 Tokens travel as [B, H*W, C] with their grid (H, W) alongside, as in the
 official code; a block pads its map to whole windows and crops it back, so any
 grid size works.
+
+Shifting a map that is no larger than one window: the dense-prediction codes
+(MMSegmentation, MMDetection, HF ``SwinBackbone``) shift every second block whatever
+the map size (``always_shift=True``); the classification models (official and timm
+at their training size, HF ``SwinModel`` at any size) do not shift in a stage whose
+map's shorter side is no longer than the window M, e.g. the 7x7 last stage of a 224
+model with M = 7 (``always_shift=False``). Both are offered; checkpoints pick the
+one of their origin (see ``SwinTransformer.checkpoint_options``). A map smaller than
+M keeps the M x M window here (zero-padded); the classifiers would shrink the window
+(HF ``SwinModel`` then fails on its bias table), so there is no reference for it.
 """
 import torch
 import torch.nn.functional as F
@@ -22,6 +32,8 @@ class SwinBlock(nn.Module):
         num_heads (int): attention heads.
         window_size (int): M.
         shift (bool): shifted windows (every second block of a stage).
+        always_shift (bool): shift also when the map's shorter side is <= M
+            (False: such a map is attended without a shift, as Swin's classifiers do).
         mlp_ratio (float): MLP hidden width / C.
         qkv_bias (bool), drop_rate, attn_drop_rate, drop_path_rate (float): as in ViT.
 
@@ -30,11 +42,13 @@ class SwinBlock(nn.Module):
         (only used when ``shift``) -> [B, H*W, C].
     """
 
-    def __init__(self, embed_dims, num_heads, window_size=7, shift=False, mlp_ratio=4.,
-                 qkv_bias=True, drop_rate=0., attn_drop_rate=0., drop_path_rate=0.):
+    def __init__(self, embed_dims, num_heads, window_size=7, shift=False, always_shift=True,
+                 mlp_ratio=4., qkv_bias=True, drop_rate=0., attn_drop_rate=0.,
+                 drop_path_rate=0.):
         super().__init__()
         self.window_size = window_size
         self.shift_size = window_size // 2 if shift else 0
+        self.always_shift = always_shift
         self.norm1 = nn.LayerNorm(embed_dims)
         self.attn = WindowMultiheadAttention(embed_dims, num_heads, window_size, qkv_bias,
                                              attn_drop=attn_drop_rate, proj_drop=drop_rate)
@@ -42,19 +56,25 @@ class SwinBlock(nn.Module):
         self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), drop=drop_rate)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
+    def shift_for(self, hw):
+        """The shift this block applies to an (H, W) map: M // 2 or 0."""
+        if self.always_shift or min(hw) > self.window_size:
+            return self.shift_size
+        return 0
+
     def window_attention(self, x, hw, mask):
         """x: [B, H*W, C] normalised tokens -> attention output, same shape."""
         B, _, C = x.shape
         (H, W), M = hw, self.window_size
+        shift = self.shift_for(hw)
         pad_h, pad_w = -H % M, -W % M
         if pad_h or pad_w:
             # Pad with zeros before shifting (as the official detection code does):
             # padded tokens then take part in attention exactly as in the reference.
             x = F.pad(x.view(B, H, W, C), (0, 0, 0, pad_w, 0, pad_h)).view(B, -1, C)
         # roll + window partition as one gather, and back (with the crop) as another
-        order, inverse = window_token_order(tuple(hw), M, self.shift_size, x.device)
-        x = self.attn(x.index_select(1, order).view(B, -1, M * M, C),
-                      mask if self.shift_size else None)
+        order, inverse = window_token_order(tuple(hw), M, shift, x.device)
+        x = self.attn(x.index_select(1, order).view(B, -1, M * M, C), mask if shift else None)
         return x.view(B, -1, C).index_select(1, inverse)
 
     def forward(self, x, hw, mask=None):
@@ -98,7 +118,7 @@ class SwinStage(nn.Module):
         drop_path_rates (list[float]): one per block.
         downsample (bool): end with :class:`PatchMerging` (C -> 2C, grid / 2).
         with_cp (bool): recompute each block in the backward pass to save memory.
-        **block_kwargs: ``mlp_ratio, qkv_bias, drop_rate, attn_drop_rate``.
+        **block_kwargs: ``always_shift, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate``.
 
     Shapes:
         x [B, H*W, C], hw -> (out [B, H*W, C], hw, merged [B, h*w, 2C] or None, (h, w)).
@@ -130,7 +150,8 @@ class SwinStage(nn.Module):
 
     def forward(self, x, hw):
         # Every shifted block of the stage sees the same padded grid, so the same mask.
-        mask = self._shift_mask(hw, x.device) if len(self.blocks) > 1 else None
+        shifted = any(block.shift_for(hw) for block in self.blocks)
+        mask = self._shift_mask(hw, x.device) if shifted else None
         for block in self.blocks:
             if self.with_cp and self.training and x.requires_grad:
                 x = cp.checkpoint(block, x, hw, mask, use_reentrant=False)
