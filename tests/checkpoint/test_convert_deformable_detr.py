@@ -7,12 +7,13 @@ import itertools
 import pytest
 import torch
 from mmengine.registry import DefaultScope
-from random_init import randomize_
 
 from densevit.checkpoint.deformable_detr import convert_deformable_detr
 from densevit.checkpoint.model import convert_model
 from densevit.registry import MODELS
 from densevit.structures import DataSample
+
+from random_init import randomize_
 
 transformers = pytest.importorskip('transformers')
 _SCOPES = itertools.count()  # a fresh default-scope name per model

@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from random_init import randomize_
 
 from densevit.checkpoint.swin import convert_swin
 from densevit.models.backbones.swin import ARCH_SETTINGS, SwinTransformer
@@ -17,6 +16,8 @@ from densevit.models.layers.window_attention import (
     window_token_order,
 )
 from densevit.registry import MODELS
+
+from random_init import randomize_
 
 TINY = dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2))
 

@@ -15,6 +15,7 @@ import functools
 
 import torch
 from common import build, import_openmmlab, save_io, save_like_mmengine, versions
+
 from random_init import randomize_
 
 D, CLASSES, QUERIES, DETS = 16, 3, 6, 10

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from common import FIXTURES, build, import_openmmlab, save_io, save_like_mmengine, versions
+
 from random_init import randomize_
 
 WINDOW = 7
