@@ -14,6 +14,7 @@ let a file reach any attribute of any allowed object, so the name is bound to
 """
 import os
 import pickle
+import re
 
 import numpy as np
 import torch
@@ -81,13 +82,15 @@ def load_checkpoint_safely(path, map_location='cpu'):
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()
-        found = [line.strip() for line in first if 'GLOBAL' in line or 'global' in line]
+        # name the global; torch's own advice (allow-list it) is not repeated
+        found = re.search(r'GLOBAL ([\w.]+)', str(e))
+        what = (f'the global {found[1]}' if found else
+                (str(e).strip().splitlines() or ['an object'])[0][:200])
         raise UnsafeCheckpointError(
-            f'refusing to load {path}: it holds pickled Python objects that are not weights '
-            f'({found[0] if found else first[0] if first else e}). Unpickling them could run '
-            f'arbitrary code, so densevit loads checkpoints with weights_only=True only. If '
-            f'the file comes from a source you trust, re-save its tensors alone (state_dict).'
+            f'{what}: refusing to load {path}, which asks to unpickle it. A checkpoint should '
+            f'hold tensors only; unpickling other objects can run arbitrary code, so densevit '
+            f'reads checkpoints with weights_only=True only. If the file comes from a source you '
+            f'trust, re-save its tensors alone (its state_dict) in a trusted environment.'
         ) from None
     except (RuntimeError, EOFError) as e:
         if 'zip' in str(e) or 'central directory' in str(e) or isinstance(e, EOFError):

@@ -169,8 +169,11 @@ def test_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
     marker = tmp_path / 'pwned'
     evil = tmp_path / 'evil.pth'
     torch.save({'state_dict': {'w': torch.zeros(1)}, 'meta': _Payload(marker)}, evil)
-    with pytest.raises(UnsafeCheckpointError, match=r'refusing to load .*evil\.pth.*posix\.system'):
+    with pytest.raises(UnsafeCheckpointError,
+                       match=r'^the global posix\.system: refusing to load .*evil\.pth') as e:
         load_checkpoint_safely(evil)
+    # never advice to lift the protection (weights_only=False, or allow-listing the global)
+    assert 'weights_only=False' not in str(e.value) and 'add_safe_globals' not in str(e.value)
     # the tools' load path (mmengine's load_from / resume) goes through it too
     config = write_config(tmp_path)
     test_tool = load_tool('tools/test.py')
@@ -180,8 +183,16 @@ def test_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 1 and 'arbitrary code' in err and 'Traceback' not in err  # one line
     from densevit.apis import init_model
+    from densevit.checkpoint.load import read_checkpoint
     with pytest.raises(UnsafeCheckpointError):
         init_model(config, evil)
+    # init_cfg Pretrained and the converters read through read_checkpoint: the same answer
+    with pytest.raises(UnsafeCheckpointError, match=r'^the global posix\.system'):
+        read_checkpoint(evil)
+    convert = subprocess.run([sys.executable, str(REPO / 'tools/convert/vit.py'), str(evil),
+                              str(tmp_path / 'out.pth')], capture_output=True, text=True)
+    assert convert.returncode == 1 and 'the global posix.system: refusing' in convert.stderr
+    assert 'weights_only=False' not in convert.stderr
     assert not marker.exists()  # the payload never ran
     assert isinstance(UnsafeCheckpointError('x'), pickle.UnpicklingError)
 
