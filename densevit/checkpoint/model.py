@@ -21,7 +21,7 @@ from .layout import convert_state_dict
 from .load import flatten_checkpoint, load_state_dict_loudly
 
 # modules of this package with model_layouts(state_dict)
-FAMILIES = ('detr', 'deformable_detr')
+FAMILIES = ('detr', 'deformable_detr', 'mit')
 
 # keys in saved models that are not weights of the model itself
 _NOT_WEIGHTS = r'(data_preprocessor\.|ema_|ema_model\.|module\.ema\.).*'
