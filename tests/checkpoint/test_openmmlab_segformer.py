@@ -7,6 +7,7 @@ Here it goes through densevit's public paths: ``init_model`` on the repository's
 SegFormer config (shrunk with ``cfg_options``) for the whole model, and a Pretrained
 ``init_cfg`` with ``prefix='backbone.'`` for the encoder.
 """
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 
 from densevit.apis import init_model
 from densevit.checkpoint.mit import convert_mit
-from densevit.checkpoint.model import convert_model, load_model_weights
+from densevit.checkpoint.model import convert_model, load_model_weights, model_layouts
 from densevit.models.backbones.mit import MixVisionTransformer
 from densevit.structures import DataSample
 
@@ -82,6 +83,11 @@ def test_layout_is_recognised_as_mmseg_segformer():
     state_dict = torch.load(CKPT, weights_only=True)['state_dict']
     converted = convert_model(state_dict)
     assert converted.layout == 'MMSegmentation SegFormer'
+    # no other family's whole-model layout (DETR, Deformable DETR, official / HF SegFormer...)
+    # even considers it
+    others = [lay.name for lay in model_layouts(state_dict) if lay.name != converted.layout
+              and any(re.search(lay.signature, k) for k in state_dict)]
+    assert others == []
     assert converted.options == {'layer_norm_eps': 1e-6}
     # no other backbone layout claims the encoder
     assert convert_mit(state_dict).layout == 'MMSegmentation MiT'
@@ -100,7 +106,8 @@ def test_backbone_through_pretrained_init_cfg(io):
 
 def test_linear_head_config_refuses_mmseg_checkpoint():
     # the official / HF form of the head has other per-level weights: a clear error
-    with pytest.raises(ValueError, match=r'decode_head\.linear_projs\.0 is a Conv2d.*conv\.weight'):
+    with pytest.raises(ValueError,
+                       match=r'decode_head\.linear_projs\.0 is a Conv2d.*conv\.weight'):
         init_model(CONFIG, CKPT, cfg_options={**TINY, 'model.decode_head.proj_type': 'linear'})
 
 

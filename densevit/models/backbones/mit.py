@@ -255,7 +255,7 @@ class MixVisionTransformer(BaseModule):
             loading by the checkpoint origin's (HF 1e-5 everywhere, MMSegmentation 1e-6
             everywhere; see :meth:`checkpoint_options`). A value given here is kept.
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``;
-            official and HF key layouts are converted on load.
+            official, HF and MMSegmentation key layouts are converted on load.
 
     Attributes:
         out_channels (list[int]), out_strides (list[int]): per returned map.
