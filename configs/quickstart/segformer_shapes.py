@@ -16,10 +16,12 @@ shapes = dict(img_size=(img_size, img_size), max_objects=4, min_size=18, max_siz
 norm_cfg = dict(type='BN', requires_grad=True)  # one process: plain BatchNorm
 
 # SegFormer-B0 (models/segformer_mit-b0.py) without drop path or dropout, a 128-wide decoder
+# with the paper's Linear projections per level (the base file has MMSegmentation's
+# conv-BN-ReLU ones)
 model = dict(
     backbone=dict(drop_path_rate=0.0),
     decode_head=dict(
-        channels=128, dropout_ratio=0.0, num_classes=4, norm_cfg=norm_cfg,
+        proj_type='linear', channels=128, dropout_ratio=0.0, num_classes=4, norm_cfg=norm_cfg,
         # Dice beside cross-entropy: the shapes cover 15% of the pixels, and Dice scores
         # each class by overlap whatever its area (see densevit/models/losses/dice_loss.py)
         loss_decode=[dict(type='CrossEntropyLoss', loss_weight=1.0),

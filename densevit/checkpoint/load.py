@@ -189,6 +189,15 @@ def load_state_dict_loudly(module, state_dict, source, convert=None, expected_mi
     if options:
         _apply_options(module, options, origin, logger)
     missing, unexpected, mismatched, errors = _load_collecting(module, state_dict)
+    where = _structure_mismatch(module, own, missing, unexpected)
+    if where is not None:
+        path, child, want, have = where
+        raise ValueError(
+            f'{source} does not fit this model: it is '
+            f'{f"a {origin} checkpoint" if origin else "a checkpoint"}, but the config builds '
+            f'{_describe(module)}, whose {path} is a {type(child).__name__} with tensors {want}; '
+            f'the file has {have} there instead. Use a config for the checkpoint\'s '
+            f'architecture.')
     expected = [k for k in missing if k.startswith(tuple(expected_missing))]
     missing = [k for k in missing if k not in expected]
     loaded = [k for k in own if k not in missing + expected + mismatched]
@@ -211,6 +220,38 @@ def load_state_dict_loudly(module, state_dict, source, convert=None, expected_mi
     _warn(f'{name}: not in this kind of checkpoint (expected), newly initialised',
           expected, logger, level=logging.INFO)
     return LoadReport(loaded, missing, unexpected, mismatched, expected)
+
+
+def _structure_mismatch(module, own, missing, unexpected):
+    """Where the file's module tree differs from the model's inside a part, or None.
+
+    A nested module (below a top-level part such as ``decode_head``) none of whose
+    tensors are in the file, while the file has other tensors under its name (e.g.
+    the model's ``decode_head.linear_projs.0`` is a ``Conv2d`` with ``weight``,
+    ``bias`` and the file holds ``conv.weight``, ``bn.*`` there), was built as
+    another kind of layer. A whole part of another type (a different head) and
+    single renamed tensors are not reported here.
+
+    Returns:
+        ``(path, module, [its missing names], [the file's names there])`` or None.
+    """
+    if not missing or not unexpected:
+        return None
+    modules = dict(module.named_modules())
+    for key in unexpected:
+        parts = key.split('.')
+        path = next((p for p in ('.'.join(parts[:i]) for i in range(len(parts) - 1, 1, -1))
+                     if p in modules), None)
+        if path is None:
+            continue
+        want = [k[len(path) + 1:] for k in missing if k.startswith(path + '.')]
+        # loaded from the file (BatchNorm fills a missing num_batches_tracked itself)
+        loaded = [k for k in own if k.startswith(path + '.') and k not in missing
+                  and not k.endswith('.num_batches_tracked')]
+        if want and not loaded:
+            have = [k[len(path) + 1:] for k in unexpected if k.startswith(path + '.')]
+            return path, modules[path], want[:_SHOW], have[:_SHOW]
+    return None
 
 
 def _apply_options(module, options, origin, logger):

@@ -188,7 +188,9 @@ def test_segformer_recipe(path):
     cfg = load(path)
     arch = path.stem.split('_')[1][-2:]  # b0..b5
     assert cfg.model.backbone.arch == arch
-    assert cfg.model.decode_head.channels == (256 if arch in ('b0', 'b1') else 768)
+    # MMSegmentation's zoo configs: a 256-wide head with conv-BN-ReLU projections for all sizes
+    assert cfg.model.decode_head.channels == 256
+    assert cfg.model.decode_head.proj_type == 'conv_norm_act'
     assert cfg.model.decode_head.num_classes == 150 and cfg.model.test_cfg.mode == 'whole'
     assert cfg.model.backbone.init_cfg.checkpoint == f'checkpoints/mit_{arch}.pth'
     opt = cfg.optim_wrapper

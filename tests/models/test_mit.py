@@ -1,10 +1,12 @@
 """Tests for the Mix Transformer (SegFormer encoder) and its checkpoint converters."""
 import re
+from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
+from random_init import randomize_
 
+from densevit.apis import init_model
 from densevit.checkpoint.mit import convert_mit, convert_segformer, detect_mit_layout
 from densevit.models.backbones.mit import ARCH_SETTINGS, MixVisionTransformer
 from densevit.models.heads.segformer_head import SegformerHead
@@ -99,9 +101,8 @@ def test_official_layout_converts_back():
     assert convert_mit(wrapped).keys() == ours.keys()
 
 
-def test_official_segformer_checkpoint():
-    backbone = MixVisionTransformer(**TINY)
-    head = SegformerHead(in_channels=[8, 16, 24, 32], channels=16, num_classes=5)
+def _official_whole(backbone, head):
+    """An official NVlabs whole-model state dict holding ``backbone`` and ``head``'s tensors."""
     ckpt = {'backbone.' + k: v for k, v in _to_official(backbone.state_dict()).items()}
     hs = head.state_dict()
     for i in range(4):  # official: Linear MLPs named linear_c1..linear_c4
@@ -113,7 +114,14 @@ def test_official_segformer_checkpoint():
                  for k, v in hs.items() if k.startswith('conv_seg.')})
     ckpt['decode_head.conv_seg.weight'] = torch.zeros(5, 16, 1, 1)  # unused leftover
     ckpt['decode_head.conv_seg.bias'] = torch.zeros(5)
-    converted = convert_segformer({'state_dict': ckpt, 'meta': {}})
+    return ckpt
+
+
+def test_official_segformer_checkpoint():
+    backbone = MixVisionTransformer(**TINY)
+    head = SegformerHead(in_channels=[8, 16, 24, 32], channels=16, num_classes=5)
+    hs = head.state_dict()
+    converted = convert_segformer({'state_dict': _official_whole(backbone, head), 'meta': {}})
     expected = {**{'backbone.' + k: v for k, v in backbone.state_dict().items()},
                 **{'decode_head.' + k: v for k, v in hs.items()}}
     assert converted.keys() == expected.keys()
@@ -155,39 +163,17 @@ def _hf_config():
         decoder_hidden_size=16, num_labels=5)
 
 
-@torch.no_grad()
-def _randomize(model):
-    """Random weights everywhere (norms and BN statistics too), so a swapped
-    or skipped tensor cannot hide behind an identity initialisation."""
-    torch.manual_seed(0)
-    for name, p in model.named_parameters():
-        if p.ndim == 1 and 'norm' in name and name.endswith('weight'):
-            p.copy_(1 + 0.2 * torch.randn_like(p))
-        else:
-            p.normal_(0, 0.2)
-    for name, b in model.named_buffers():
-        if name.endswith('running_mean'):
-            b.normal_()
-        elif name.endswith('running_var'):
-            b.uniform_(0.5, 2.0)
-    return model.eval()
-
-
 def _tiny_mit_like_hf():
-    model = MixVisionTransformer(**TINY).eval()
-    # HF builds every LayerNorm with eps 1e-5; the official blocks use 1e-6
-    # (ours too). Same weights, so match HF's eps for an exact comparison.
-    for m in model.modules():
-        if isinstance(m, nn.LayerNorm):
-            m.eps = 1e-5
-    return model
+    # HF builds every LayerNorm with eps 1e-5 (the official code: 1e-5 / 1e-6 mixed)
+    return MixVisionTransformer(**TINY, layer_norm_eps=1e-5).eval()
 
 
 def test_hf_encoder_outputs_equal():
     transformers, cfg = _hf_config()
-    hf = _randomize(transformers.SegformerModel(cfg))
-    ours = _tiny_mit_like_hf()
-    ours.load_state_dict(convert_mit(hf.state_dict()), strict=True)
+    hf = randomize_(transformers.SegformerModel(cfg)).eval()
+    ours = MixVisionTransformer(**TINY).eval()  # official eps mix until the HF file is loaded
+    ours.load_state_dict(hf.state_dict(), strict=True)  # converted, HF's eps taken
+    assert set(ours.layer_norm_eps.values()) == {1e-5}
     x = torch.randn(2, 3, 67, 45)
     with torch.no_grad():
         ref = hf(pixel_values=x, output_hidden_states=True).hidden_states
@@ -200,8 +186,9 @@ def test_hf_encoder_outputs_equal():
 
 def test_hf_segformer_logits_equal():
     transformers, cfg = _hf_config()
-    hf = _randomize(transformers.SegformerForSemanticSegmentation(cfg))
+    hf = randomize_(transformers.SegformerForSemanticSegmentation(cfg)).eval()
     converted = convert_segformer(hf.state_dict())
+    assert converted.options == {'layer_norm_eps': 1e-5}
     backbone = _tiny_mit_like_hf()
     head = SegformerHead(in_channels=[8, 16, 24, 32], channels=16, num_classes=5).eval()
     backbone.load_state_dict({k[len('backbone.'):]: v for k, v in converted.items()
@@ -236,7 +223,7 @@ _HF_LEGACY = [
 def test_hf_legacy_layout(tmp_path):
     transformers, cfg = _hf_config()
     safetensors = pytest.importorskip('safetensors.torch')
-    hf = _randomize(transformers.SegformerForSemanticSegmentation(cfg))
+    hf = randomize_(transformers.SegformerForSemanticSegmentation(cfg)).eval()
     new = hf.state_dict()
     legacy = {}
     for k, v in new.items():
@@ -264,3 +251,63 @@ def test_param_counts_equal_hf(arch):
         hf = transformers.SegformerModel(cfg)
         ours = MixVisionTransformer(arch=arch)
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters())
+
+
+# --------------------------------------------- whole models through init_model
+CONFIG = Path(__file__).parents[2] / 'configs/segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py'
+# the tiny model above, in the repository's SegFormer config with the paper's Linear head
+TINY_CFG = {
+    'model.backbone.arch': None, 'model.backbone.embed_dims': [8, 16, 24, 32],
+    'model.backbone.num_layers': [1, 1, 1, 1], 'model.backbone.num_heads': [1, 1, 2, 2],
+    'model.decode_head.in_channels': [8, 16, 24, 32], 'model.decode_head.channels': 16,
+    'model.decode_head.num_classes': 5, 'model.decode_head.proj_type': 'linear'}
+
+
+def test_hf_segformer_through_init_model(tmp_path):
+    transformers, cfg = _hf_config()
+    hf = randomize_(transformers.SegformerForSemanticSegmentation(cfg), seed=3).eval()
+    path = tmp_path / 'hf_segformer.pth'
+    torch.save(hf.state_dict(), path)
+    model = init_model(CONFIG, path, cfg_options=TINY_CFG)
+    assert set(model.backbone.layer_norm_eps.values()) == {1e-5}
+    for size in [(64, 48), (45, 77)]:
+        x = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            ref = hf(pixel_values=x).logits
+            out = model.decode_head(model.backbone(x))
+            pred = model.predict(x)
+        assert (ref - out).abs().max() <= 1e-4
+        full = torch.nn.functional.interpolate(ref, size=size, mode='bilinear',
+                                               align_corners=False)
+        for i, p in enumerate(pred):
+            assert (full[i] - p.seg_logits.data).abs().max() <= 1e-4
+    # the MMSegmentation form of the head (the config's default) is another architecture
+    with pytest.raises(ValueError, match=r'linear_projs\.0 is a ConvModule.*\[.weight., .bias.\]'):
+        init_model(CONFIG, path, cfg_options={**TINY_CFG,
+                                              'model.decode_head.proj_type': 'conv_norm_act'})
+
+
+def test_official_segformer_through_init_model_takes_official_eps(tmp_path):
+    backbone = randomize_(MixVisionTransformer(**TINY), seed=1)
+    head = randomize_(SegformerHead(in_channels=[8, 16, 24, 32], channels=16, num_classes=5),
+                      seed=2)
+    ckpt = _official_whole(backbone, head)
+    path = tmp_path / 'segformer.tiny.pth'
+    torch.save({'state_dict': ckpt, 'meta': {}}, path)
+    model = init_model(CONFIG, path, cfg_options=TINY_CFG)
+    assert model.backbone.layer_norm_eps == dict(patch_embed=1e-5, sr=1e-5, block=1e-6,
+                                                 stage=1e-6)
+    x = torch.randn(1, 3, 40, 56)
+    with torch.no_grad():
+        ref = head.eval()(backbone.eval()(x))
+        assert (model.decode_head(model.backbone(x)) - ref).abs().max() <= 1e-5
+
+
+def test_config_eps_wins_over_checkpoint_origin(tmp_path):
+    transformers, cfg = _hf_config()
+    hf = randomize_(transformers.SegformerModel(cfg))
+    ours = MixVisionTransformer(**TINY, layer_norm_eps=dict(block=1e-4))
+    ours.load_state_dict(hf.state_dict(), strict=True)
+    assert ours.layer_norm_eps == dict(patch_embed=1e-5, sr=1e-5, block=1e-4, stage=1e-6)
+    with pytest.raises(KeyError, match='kinds'):
+        MixVisionTransformer(**TINY, layer_norm_eps=dict(blocks=1e-6))

@@ -108,12 +108,14 @@ def test_segformer_head_shapes_and_loss():
     assert head.fuse.conv.weight.grad is not None
 
 
+@pytest.mark.parametrize('proj_type', ['linear', 'conv_norm_act'])
 @pytest.mark.parametrize('norm_cfg', [dict(type='BN'), None])
-def test_segformer_head_equals_project_upsample_concat_fuse(norm_cfg):
-    # the paper's order, written out: per-map 1x1 conv, upsample, concatenate
-    # (deepest first), fuse conv-BN-ReLU, classifier; values and parameter grads
+def test_segformer_head_equals_project_upsample_concat_fuse(norm_cfg, proj_type):
+    # the paper's order, written out: per-map projection (1x1 conv, or MMSegmentation's
+    # conv-norm-ReLU), upsample, concatenate (deepest first), fuse conv-BN-ReLU,
+    # classifier; values and parameter grads
     torch.manual_seed(0)
-    head = _segformer_head(norm_cfg=norm_cfg, dropout_ratio=0.0).train()
+    head = _segformer_head(norm_cfg=norm_cfg, dropout_ratio=0.0, proj_type=proj_type).train()
     torch.nn.init.normal_(head.conv_seg.weight)
     feats = _pyramid()
 
@@ -159,6 +161,8 @@ def test_head_input_checks():
         SegformerHead(in_channels=8, channels=16, num_classes=K, in_index=0)
     with pytest.raises(ValueError, match='in_index'):
         SegformerHead(in_channels=[8, 16], channels=16, num_classes=K, in_index=[0, 1, 2])
+    with pytest.raises(ValueError, match='conv_norm_act'):
+        _segformer_head(proj_type='mlp')
     head = _segformer_head()
     samples = _samples(torch.zeros(2, 32, 32, dtype=torch.long))
     samples[1].gt_sem_seg = PixelData(data=torch.zeros(1, 16, 16, dtype=torch.long))

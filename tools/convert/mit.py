@@ -1,4 +1,5 @@
-"""Convert an official / Hugging Face SegFormer (MiT) checkpoint to densevit's layout.
+"""Convert an official / Hugging Face / MMSegmentation SegFormer (MiT) checkpoint to densevit's
+layout.
 
     python tools/convert/mit.py mit_b0.pth checkpoints/mit-b0.pth              # the encoder
     python tools/convert/mit.py segformer.b0.512x512.ade.160k.pth segformer-b0.pth  # whole model

@@ -1,5 +1,11 @@
-# SegFormer-B0 (Xie et al. 2021): Mix Transformer encoder, all-MLP decoder.
-# The final config sets num_classes, the preprocessor's size and the pretrained weights.
+# SegFormer-B0 (Xie et al. 2021): Mix Transformer encoder, all-MLP decoder, as
+# MMSegmentation's configs/_base_/models/segformer_mit-b0.py builds it: its decode head
+# projects each level with conv-BN-ReLU (proj_type='conv_norm_act'), so MMSegmentation's
+# zoo checkpoints load. The paper's / official NVlabs / Hugging Face head projects with a
+# plain Linear: proj_type='linear' (--cfg-options model.decode_head.proj_type=linear).
+# LayerNorm eps follows the checkpoint loaded (mmseg 1e-6, HF 1e-5, official mixed; see
+# MixVisionTransformer.layer_norm_eps). The final config sets num_classes, the
+# preprocessor's size and the pretrained weights.
 norm_cfg = dict(type='SyncBN', requires_grad=True)  # plain BN on one process
 model = dict(
     type='EncoderDecoder',
@@ -8,8 +14,8 @@ model = dict(
         bgr_to_rgb=True, pad_val=0, seg_pad_val=255),
     backbone=dict(type='MixVisionTransformer', arch='b0', drop_path_rate=0.1),
     decode_head=dict(
-        type='SegformerHead', in_channels=[32, 64, 160, 256], in_index=[0, 1, 2, 3],
-        channels=256, dropout_ratio=0.1, num_classes=19, norm_cfg=norm_cfg, align_corners=False,
+        type='SegformerHead', proj_type='conv_norm_act', in_channels=[32, 64, 160, 256],
+        in_index=[0, 1, 2, 3], channels=256, dropout_ratio=0.1, num_classes=19, norm_cfg=norm_cfg, align_corners=False,
         loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0)),
     train_cfg=dict(),
     test_cfg=dict(mode='whole'))

@@ -6,8 +6,9 @@ No position embedding: the 3x3 depthwise conv inside Mix-FFN leaks enough
 location information, so the encoder runs at any input size unchanged.
 
 Parameter names follow the official code under a regular ``stages.{i}``
-tree; ``densevit/checkpoint/mit.py`` maps official and Hugging Face
-checkpoints. Both a Pretrained ``init_cfg`` (e.g. ``checkpoint='mit_b0.pth'``,
+tree; ``densevit/checkpoint/mit.py`` maps official, Hugging Face and
+MMSegmentation checkpoints, and tells the LayerNorm eps each origin used
+(``layer_norm_eps``, set through :meth:`MixVisionTransformer.checkpoint_options`). Both a Pretrained ``init_cfg`` (e.g. ``checkpoint='mit_b0.pth'``,
 read safely and reported by ``densevit.checkpoint.load.load_pretrained``) and
 ``load_state_dict`` convert such a checkpoint automatically.
 """
@@ -22,7 +23,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from densevit.checkpoint.load import loads_pretrained
-from densevit.checkpoint.mit import convert_mit, detect_mit_layout
+from densevit.checkpoint.mit import OFFICIAL_LAYER_NORM_EPS, convert_mit, detect_mit_layout
 from densevit.registry import MODELS
 
 from .init import init_linear_or_norm
@@ -49,10 +50,10 @@ class OverlapPatchEmbed(nn.Module):
     Shapes: x [B, C, H, W] -> (tokens [B, h*w, D], (h, w)).
     """
 
-    def __init__(self, in_channels, embed_dims, patch_size, stride):
+    def __init__(self, in_channels, embed_dims, patch_size, stride, eps=1e-5):
         super().__init__()
         self.proj = nn.Conv2d(in_channels, embed_dims, patch_size, stride, patch_size // 2)
-        self.norm = nn.LayerNorm(embed_dims)  # eps 1e-5, as the official code
+        self.norm = nn.LayerNorm(embed_dims, eps=eps)
 
     def forward(self, x):
         x = self.proj(x)
@@ -72,7 +73,7 @@ class EfficientSelfAttention(nn.Module):
     """
 
     def __init__(self, embed_dims, num_heads, sr_ratio=1, qkv_bias=True, attn_drop=0.,
-                 proj_drop=0.):
+                 proj_drop=0., eps=1e-5):
         super().__init__()
         if embed_dims % num_heads != 0:
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible by '
@@ -86,7 +87,7 @@ class EfficientSelfAttention(nn.Module):
         self.sr_ratio = sr_ratio
         if sr_ratio > 1:
             self.sr = nn.Conv2d(embed_dims, embed_dims, sr_ratio, sr_ratio)
-            self.norm = nn.LayerNorm(embed_dims)  # eps 1e-5, as the official code
+            self.norm = nn.LayerNorm(embed_dims, eps=eps)
 
     def _split_heads(self, t):
         """[B, M, C] -> [B, heads, M, C / heads]."""
@@ -130,18 +131,22 @@ class MixFFN(nn.Module):
 
 
 class MiTBlock(nn.Module):
-    """Pre-norm block: ``x + Attn(LN(x))`` then ``x + MixFFN(LN(x))`` (LN eps 1e-6).
+    """Pre-norm block: ``x + Attn(LN(x))`` then ``x + MixFFN(LN(x))``.
+
+    ``eps``: LayerNorm eps per kind, ``{'sr': ..., 'block': ...}`` (the key/value
+    reduction's norm and norm1 / norm2).
 
     Shapes: x [B, N, C], hw = (h, w) -> [B, N, C].
     """
 
     def __init__(self, embed_dims, num_heads, mlp_ratio=4, sr_ratio=1, qkv_bias=True,
-                 drop_rate=0., attn_drop_rate=0., drop_path_rate=0.):
+                 drop_rate=0., attn_drop_rate=0., drop_path_rate=0., eps=None):
         super().__init__()
-        self.norm1 = nn.LayerNorm(embed_dims, eps=1e-6)
+        eps = eps or OFFICIAL_LAYER_NORM_EPS
+        self.norm1 = nn.LayerNorm(embed_dims, eps=eps['block'])
         self.attn = EfficientSelfAttention(embed_dims, num_heads, sr_ratio, qkv_bias,
-                                           attn_drop_rate, drop_rate)
-        self.norm2 = nn.LayerNorm(embed_dims, eps=1e-6)
+                                           attn_drop_rate, drop_rate, eps['sr'])
+        self.norm2 = nn.LayerNorm(embed_dims, eps=eps['block'])
         self.mlp = MixFFN(embed_dims, int(embed_dims * mlp_ratio), drop_rate)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
@@ -151,22 +156,35 @@ class MiTBlock(nn.Module):
 
 
 class MiTStage(nn.Module):
-    """Patch embedding -> blocks -> LayerNorm (eps 1e-6) -> NCHW map.
+    """Patch embedding -> blocks -> LayerNorm -> NCHW map (``eps``: as :class:`MiTBlock`,
+    plus ``patch_embed`` and ``stage``, the final norm's).
 
     Shapes: x [B, C_in, H, W] -> [B, C, H/s, W/s] (s = patch-embedding stride).
     """
 
     def __init__(self, in_channels, embed_dims, num_layers, num_heads, patch_size, stride,
                  sr_ratio, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, drop_path_rates,
-                 with_cp=False):
+                 with_cp=False, eps=None):
         super().__init__()
+        eps = eps or OFFICIAL_LAYER_NORM_EPS
         self.with_cp = with_cp
-        self.patch_embed = OverlapPatchEmbed(in_channels, embed_dims, patch_size, stride)
+        self.patch_embed = OverlapPatchEmbed(in_channels, embed_dims, patch_size, stride,
+                                             eps['patch_embed'])
         self.blocks = nn.ModuleList(
             MiTBlock(embed_dims, num_heads, mlp_ratio, sr_ratio, qkv_bias, drop_rate,
-                     attn_drop_rate, drop_path_rates[j])
+                     attn_drop_rate, drop_path_rates[j], eps)
             for j in range(num_layers))
-        self.norm = nn.LayerNorm(embed_dims, eps=1e-6)
+        self.norm = nn.LayerNorm(embed_dims, eps=eps['stage'])
+
+    def layer_norms(self):
+        """``(kind, LayerNorm)`` for every LayerNorm of the stage (kinds as ``eps``)."""
+        yield 'patch_embed', self.patch_embed.norm
+        for block in self.blocks:
+            if block.attn.sr_ratio > 1:
+                yield 'sr', block.attn.norm
+            yield 'block', block.norm1
+            yield 'block', block.norm2
+        yield 'stage', self.norm
 
     def forward(self, x):
         B = x.shape[0]
@@ -179,6 +197,19 @@ class MiTStage(nn.Module):
                 x = block(x, hw)
         x = self.norm(x)
         return x.transpose(1, 2).reshape(B, -1, *hw).contiguous()
+
+
+def _resolve_eps(value):
+    """``layer_norm_eps`` -> ``{kind: eps}`` for every kind of LayerNorm."""
+    if value is None:
+        return dict(OFFICIAL_LAYER_NORM_EPS)
+    if isinstance(value, (int, float)):
+        return dict.fromkeys(OFFICIAL_LAYER_NORM_EPS, float(value))
+    unknown = set(value) - set(OFFICIAL_LAYER_NORM_EPS)
+    if unknown:
+        raise KeyError(f'MixVisionTransformer: layer_norm_eps has unknown kind(s) '
+                       f'{sorted(unknown)}; kinds: {list(OFFICIAL_LAYER_NORM_EPS)}')
+    return {**OFFICIAL_LAYER_NORM_EPS, **value}
 
 
 def _per_stage(value, num_stages, name):
@@ -216,8 +247,15 @@ class MixVisionTransformer(BaseModule):
         drop_path_rate (float): stochastic depth, linear from 0 at the first
             block to this value at the last (over all stages).
         with_cp (bool): gradient checkpointing of every block (training only).
+        layer_norm_eps (float | dict | None): LayerNorm eps, one float for all, or per
+            kind: ``patch_embed`` (patch embeddings), ``sr`` (key/value reduction),
+            ``block`` (norm1 / norm2), ``stage`` (stage-final norms); missing kinds keep
+            the official values. None (default): the official code's mix (1e-5 for
+            ``patch_embed`` and ``sr``, 1e-6 for ``block`` and ``stage``), replaced on
+            loading by the checkpoint origin's (HF 1e-5 everywhere, MMSegmentation 1e-6
+            everywhere; see :meth:`checkpoint_options`). A value given here is kept.
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``;
-            official and HF key layouts are converted on load.
+            official, HF and MMSegmentation key layouts are converted on load.
 
     Attributes:
         out_channels (list[int]), out_strides (list[int]): per returned map.
@@ -231,7 +269,7 @@ class MixVisionTransformer(BaseModule):
                  num_heads=(1, 2, 5, 8), patch_sizes=(7, 3, 3, 3), strides=(4, 2, 2, 2),
                  sr_ratios=(8, 4, 2, 1), out_indices=(0, 1, 2, 3), mlp_ratio=4, qkv_bias=True,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0.1, with_cp=False,
-                 init_cfg=None):
+                 layer_norm_eps=None, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         setting = {}
         if arch is not None:
@@ -254,6 +292,8 @@ class MixVisionTransformer(BaseModule):
         sr_ratios = _per_stage(sr_ratios, num_stages, 'sr_ratios')
         mlp_ratios = _per_stage(mlp_ratio, num_stages, 'mlp_ratio')
         self.num_stages = num_stages
+        self._eps_from_config = layer_norm_eps is not None
+        eps = _resolve_eps(layer_norm_eps)
 
         total = sum(self.num_layers)
         # Plain Python, not torch.linspace: the model must also build on device='meta'.
@@ -265,7 +305,7 @@ class MixVisionTransformer(BaseModule):
             self.stages.append(MiTStage(
                 in_channels if i == 0 else self.embed_dims[i - 1], self.embed_dims[i], n,
                 num_heads[i], patch_sizes[i], strides[i], sr_ratios[i], mlp_ratios[i],
-                qkv_bias, drop_rate, attn_drop_rate, dpr[start:start + n], with_cp))
+                qkv_bias, drop_rate, attn_drop_rate, dpr[start:start + n], with_cp, eps))
             start += n
 
         if isinstance(out_indices, int):
@@ -278,6 +318,33 @@ class MixVisionTransformer(BaseModule):
         cum_strides = [math.prod(strides[:i + 1]) for i in range(num_stages)]
         self.out_channels = [self.embed_dims[i] for i in self.out_indices]
         self.out_strides = [cum_strides[i] for i in self.out_indices]
+
+    @property
+    def layer_norm_eps(self):
+        """The LayerNorm eps in use, per kind (see the class docstring)."""
+        return {kind: norm.eps for stage in self.stages for kind, norm in stage.layer_norms()}
+
+    def checkpoint_options(self, layer_norm_eps=None):
+        """Take the LayerNorm eps of the checkpoint's origin (called by the loaders).
+
+        An eps given in the config wins; when it differs from the origin's, that is
+        logged (INFO): outputs then differ slightly from the original model's.
+        """
+        if layer_norm_eps is None:
+            return
+        wanted = _resolve_eps(layer_norm_eps)
+        current = self.layer_norm_eps
+        if all(current[k] == wanted[k] for k in current):
+            return
+        if self._eps_from_config:
+            print_log(f'MixVisionTransformer: keeping layer_norm_eps={current} from the config; '
+                      f'the checkpoint was made with {wanted}', logger='current')
+            return
+        for stage in self.stages:
+            for kind, norm in stage.layer_norms():
+                norm.eps = wanted[kind]
+        print_log(f'MixVisionTransformer: LayerNorm eps set to {wanted}, as the checkpoint\'s '
+                  f'origin used', logger='current')
 
     @loads_pretrained(convert_mit)
     def init_weights(self):
@@ -308,8 +375,7 @@ class MixVisionTransformer(BaseModule):
             for k in own:
                 del state_dict[k]
             state_dict.update({prefix + k: v for k, v in converted.items()})
-            print_log(f'MixVisionTransformer: converted {len(sub)} {layout} keys to '
-                      f'{len(converted)} densevit keys', logger='current')
+            self.checkpoint_options(**converted.options)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x):
