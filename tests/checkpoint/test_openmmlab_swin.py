@@ -125,7 +125,7 @@ def test_mmseg_swin_is_no_other_layout(name):
     sd = select_prefix(sd, ARCHS[name]['prefix']) if ARCHS[name]['prefix'] else sd
     with pytest.raises(ValueError, match='match no known layout'):
         convert_vit(sd, strict=True)
-    with pytest.raises(ValueError, match='no MiT encoder layout'):
+    with pytest.raises(ValueError, match='match no known layout'):
         convert_mit(sd)
 
 

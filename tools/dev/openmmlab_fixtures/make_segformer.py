@@ -21,6 +21,7 @@ import copy
 
 import torch
 from common import build, import_openmmlab, save_io, save_like_mmengine, versions
+
 from random_init import randomize_
 
 NAME, K = 'mmseg_segformer', 5
