@@ -12,6 +12,9 @@ input projection, the sine encoding and the test pipeline are the zoo config's. 
 parameter and buffer is drawn from a seed. Normalised inputs are stored as float16
 (the model read them as float32 after the same rounding) to keep the files small.
 
+The io file also records the zoo config's values a densevit config must mirror
+(``inputs['zoo']``: classes, queries, ``max_per_img``, data preprocessor, test pipeline).
+
 Reference outputs:
 
 - ``padded``: two images of different sizes padded to one batch (normalised inputs
@@ -35,6 +38,7 @@ D, HEADS, FFN_DIMS, ENC, DEC, QUERIES, MAX_PER_IMG = 32, 4, 64, 1, 2, 30, 20
 
 
 def tiny_config(mmdet):
+    """(the zoo config, its model made tiny as a plain dict)."""
     from mmengine.config import Config
     path = Path(mmdet.__file__).parent / '.mim/configs/detr/detr_r50_8xb2-150e_coco.py'
     cfg = Config.fromfile(str(path))
@@ -117,6 +121,15 @@ def main():
     preprocessor = copy.deepcopy(model.data_preprocessor)
     randomize_(model, seed=13)
     model.data_preprocessor = preprocessor
+    # Queries start at zero and differ only by their position embedding and what they
+    # attend to: at randomize_'s scale (0.2) cross-attention is near uniform and every
+    # query predicts the same class. Drawn from N(0, 1) (nn.Embedding's own init), the
+    # embedding and the cross-attention projections give several labels per image.
+    g = torch.Generator().manual_seed(14)
+    with torch.no_grad():
+        for w in [model.query_embedding.weight] + \
+                [layer.cross_attn.attn.in_proj_weight for layer in model.decoder.layers]:
+            w.copy_(torch.randn(w.shape, generator=g))
     save_like_mmengine(model, NAME, model_cfg, 'mmdet',
                        dataset_meta=dict(classes=CocoDataset.METAINFO['classes']))
 
@@ -131,7 +144,11 @@ def main():
     images = [rng.integers(0, 256, (50, 70, 3), dtype=np.uint8),
               rng.integers(0, 256, (90, 40, 3), dtype=np.uint8)]
 
-    inputs = dict(padded=dict(x=x.half(), metas=padded_metas), other_size=dict(x=y.half(), metas=other_metas),
+    zoo = dict(num_classes=cfg.model.bbox_head.num_classes, num_queries=cfg.model.num_queries,
+               max_per_img=cfg.model.test_cfg.max_per_img,
+               data_preprocessor=cfg.model.data_preprocessor.to_dict(),
+               test_pipeline=[dict(s) for s in cfg.test_pipeline])
+    inputs = dict(zoo=zoo, padded=dict(x=x.half(), metas=padded_metas), other_size=dict(x=y.half(), metas=other_metas),
                   pipeline=dict(images=[torch.from_numpy(i) for i in images]))
     outputs = dict(padded=run(model, x, padded_metas, with_stages=True),
                    other_size=run(model, y, other_metas),
