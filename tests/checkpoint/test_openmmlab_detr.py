@@ -65,6 +65,7 @@ def _same_predictions(samples, ref):
         h, w = ds.ori_shape
         size = torch.tensor([w, h, w, h])
         _close(pred.bboxes / size, r['bboxes'] / size)
+    assert any(len(r['labels'].unique()) > 1 for r in ref)  # not one class for every query
 
 
 def test_recognised_as_mmdet_detr_by_every_family():
@@ -78,6 +79,8 @@ def test_logits_and_boxes_of_every_decoder_layer(model, io, name):
     x, samples, ref = _case(io, name)
     with torch.no_grad():
         out = model(x, samples, mode='tensor')
+    # queries differ (the fixture spreads them), so a mix-up of query rows would show
+    assert ref['logits'].std(dim=2).min() > 1e-2
     _close(out['pred_logits'], ref['logits'])  # [L, B, Q, 80 + 1]
     _close(out['pred_boxes'], ref['boxes'])
     if name == 'padded':  # the comparison covers the padding mask
