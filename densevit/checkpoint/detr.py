@@ -25,21 +25,20 @@ Layouts recognised from the keys:
 - MMDetection 3.x ``DETR`` (``configs/detr/detr_r50_8xb2-150e_coco.py``, saved by
   mmengine as ``{'meta', 'state_dict'}``); facts checked in mmdet 3.3.0 / mmcv 2.1.0:
 
-  ========================================================  =====================================
-  MMDetection                                               densevit
-  ========================================================  =====================================
-  ``backbone.{conv1,bn1,layer1-4}.*``                       ``backbone.*`` (unchanged)
-  ``neck.convs.0.conv.{weight,bias}``                       ``bbox_head.input_proj.*``
-  ``{encoder,decoder}.layers.N.self_attn.attn.*``           ``...transformer.{encoder,decoder}.N.self_attn.*``
-  ``decoder.layers.N.cross_attn.attn.*``                    ``...transformer.decoder.N.cross_attn.*``
-  ``{encoder,decoder}.layers.N.ffn.layers.0.0`` / ``.1``     ``....N.ffn.linear1`` / ``linear2``
-  ``{encoder,decoder}.layers.N.norms.{0,1,2}``              ``....N.norm{1,2,3}``
-  ``decoder.post_norm``                                     ``...transformer.decoder_norm``
-  ``query_embedding.weight`` [Q, D]                         ``bbox_head.query_embed.weight``
-  ``bbox_head.fc_cls`` [K+1, D]                             ``bbox_head.class_embed``
-  ``bbox_head.reg_ffn.layers.0.0`` / ``.layers.1``          ``bbox_head.bbox_embed.layers.0`` / ``.1``
-  ``bbox_head.fc_reg`` [4, D]                               ``bbox_head.bbox_embed.layers.2``
-  ========================================================  =====================================
+  (``T`` = ``bbox_head.transformer``, ``L`` = ``encoder`` or ``decoder``)
+
+  - ``backbone.{conv1,bn1,layer1-4}.*`` -> ``backbone.*`` (unchanged)
+  - ``neck.convs.0.conv.{weight,bias}`` -> ``bbox_head.input_proj.*``
+  - ``L.layers.N.self_attn.attn.*`` -> ``T.L.N.self_attn.*``;
+    ``decoder.layers.N.cross_attn.attn.*`` -> ``T.decoder.N.cross_attn.*``
+    (``in_proj_weight`` [3D, D], ``in_proj_bias``, ``out_proj``)
+  - ``L.layers.N.ffn.layers.0.0`` / ``ffn.layers.1`` -> ``T.L.N.ffn.linear1`` / ``linear2``
+  - ``L.layers.N.norms.{0,1,2}`` -> ``T.L.N.norm{1,2,3}``
+  - ``decoder.post_norm`` -> ``T.decoder_norm``
+  - ``query_embedding.weight`` [Q, D] -> ``bbox_head.query_embed.weight``
+  - ``bbox_head.fc_cls`` [K+1, D] -> ``bbox_head.class_embed``
+  - ``bbox_head.reg_ffn.layers.0.0`` / ``reg_ffn.layers.1`` / ``fc_reg`` [4, D] ->
+    ``bbox_head.bbox_embed.layers.0`` / ``.1`` / ``.2``
 
   Every tensor is copied unchanged; the facts that make that right:
 

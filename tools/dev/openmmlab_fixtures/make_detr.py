@@ -9,7 +9,8 @@ entry is pointed at ``(1, 1, 1, 1)`` while the model is built), transformer widt
 best ``max_per_img=20`` are kept (zoo: 100 and 100, so the top-k is a sort there; fewer
 here so the selection is tested too). The 80 classes (+ no object), the ChannelMapper
 input projection, the sine encoding and the test pipeline are the zoo config's. Every
-parameter and buffer is drawn from a seed. Normalised inputs are stored as float16
+parameter and buffer is drawn from a seed (``randomize_``; the query embedding and the
+decoder's cross-attention projections from N(0, 1), so that the queries differ). Normalised inputs are stored as float16
 (the model read them as float32 after the same rounding) to keep the files small.
 
 The io file also records the zoo config's values a densevit config must mirror
@@ -137,7 +138,8 @@ def main():
     # padded batch: 96x128 and 64x80 (padding is 0 after normalisation, as mmdet pads)
     x = torch.randn(2, 3, 96, 128, generator=g).half().float()
     x[1, :, 64:], x[1, :, :, 80:] = 0, 0
-    padded_metas = [metainfo((96, 128), (96, 128), (48, 64)), metainfo((64, 80), (96, 128), (40, 50))]
+    padded_metas = [metainfo((96, 128), (96, 128), (48, 64)),
+                    metainfo((64, 80), (96, 128), (40, 50))]
     y = torch.randn(1, 3, 96, 64, generator=g).half().float()
     other_metas = [metainfo((96, 64), (96, 64), (60, 40))]
     rng = np.random.default_rng(0)
@@ -148,14 +150,16 @@ def main():
                max_per_img=cfg.model.test_cfg.max_per_img,
                data_preprocessor=cfg.model.data_preprocessor.to_dict(),
                test_pipeline=[dict(s) for s in cfg.test_pipeline])
-    inputs = dict(zoo=zoo, padded=dict(x=x.half(), metas=padded_metas), other_size=dict(x=y.half(), metas=other_metas),
+    inputs = dict(zoo=zoo, padded=dict(x=x.half(), metas=padded_metas),
+                  other_size=dict(x=y.half(), metas=other_metas),
                   pipeline=dict(images=[torch.from_numpy(i) for i in images]))
     outputs = dict(padded=run(model, x, padded_metas, with_stages=True),
                    other_size=run(model, y, other_metas),
                    pipeline=through_pipeline(cfg, model, images))
     about = (f'mmdet DETR (detr_r50_8xb2-150e_coco.py made tiny: ResNet-50 blocks (1, 1, 1, 1), '
              f'base_channels 4, width {D}, {HEADS} heads, FFN {FFN_DIMS}, {ENC}+{DEC} '
-             f'layers, {QUERIES} queries, max_per_img {MAX_PER_IMG}, 80 classes), randomize_ seed 13; {versions()}')
+             f'layers, {QUERIES} queries, max_per_img {MAX_PER_IMG}, 80 classes), '
+             f'randomize_ seed 13, queries spread (seed 14); {versions()}')
     save_io(NAME, inputs, outputs, about)
 
 
