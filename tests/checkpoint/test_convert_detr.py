@@ -1,7 +1,10 @@
-"""DETR checkpoint conversion: HF DetrForObjectDetection outputs reproduced; official layout."""
+"""DETR checkpoint conversion: HF DetrForObjectDetection outputs reproduced; official layout.
+
+MMDetection's layout is proven against mmdet itself in test_openmmlab_detr.py."""
 import pytest
 import torch
 from mmengine.registry import DefaultScope
+from random_init import randomize_
 
 from densevit.checkpoint.detr import convert_detr
 from densevit.checkpoint.load import load_pretrained, read_checkpoint
@@ -11,22 +14,22 @@ from densevit.structures import DataSample
 D, HEADS, FFN, QUERIES, CLASSES = 32, 2, 64, 5, 3
 
 
-def _randomize(model, seed=0):
-    # Random values everywhere (HF zero-initialises biases and sets BN to identity),
-    # so every mis-mapped tensor shows in the outputs. BN variances stay positive.
+def _spread(detr, seed=1):
+    """What randomize_ leaves too uniform for a test of the queries: HF's frozen BN keeps
+    its scale as a buffer (drawn at 0.2, so the feature maps fade to the BN shifts), made
+    1 + 0.2 N(0, 1) like any norm weight; the query embeddings and the cross-attention
+    q / k projections come from N(0, 1) so queries attend to different places. Otherwise
+    every query predicts nearly the same logits and a swap of query rows would go unseen."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-            if not t.is_floating_point():
-                continue
-            noise = torch.randn(t.shape, generator=g)
-            if name.endswith('running_var'):
-                t.copy_(0.5 + noise.abs())
-            elif 'normalization.weight' in name or name.endswith('layer_norm.weight'):
-                t.copy_(1 + 0.2 * noise)
-            else:
-                t.copy_(0.2 * noise)
-    return model
+        for m in detr.backbone.modules():
+            if 'FrozenBatchNorm' in type(m).__name__:
+                m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
+        weights = [detr.query_position_embeddings.weight]
+        for layer in detr.decoder.layers:
+            weights += [layer.encoder_attn.q_proj.weight, layer.encoder_attn.k_proj.weight]
+        for w in weights:
+            w.copy_(torch.randn(w.shape, generator=g))
 
 
 @pytest.fixture(scope='module')
@@ -37,11 +40,14 @@ def hf_detr(tmp_path_factory):
         layer_type='bottleneck', out_features=['stage4'])
     cfg = transformers.DetrConfig(
         use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
-        d_model=D, encoder_layers=1, decoder_layers=1, encoder_attention_heads=HEADS,
+        d_model=D, encoder_layers=2, decoder_layers=2, encoder_attention_heads=HEADS,
         decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
         num_queries=QUERIES, num_labels=CLASSES, dropout=0., attention_dropout=0.,
         activation_dropout=0., auxiliary_loss=False)
-    model = _randomize(transformers.DetrForObjectDetection(cfg)).eval()
+    # every tensor random (HF zero-initialises biases, sets its frozen BN to identity and
+    # LayerNorms to 1 / 0), so any mis-mapped tensor shows in the outputs
+    model = randomize_(transformers.DetrForObjectDetection(cfg)).eval()
+    _spread(model.model)
     path = tmp_path_factory.mktemp('hf_detr')
     model.save_pretrained(path)  # the Hub file layout (backbone.conv_encoder, out_proj, fc1 ...)
     return model, path / 'model.safetensors'
@@ -53,8 +59,8 @@ def _ours():
         backbone=dict(type='ResNet', depth=50, base_channels=8, stage_blocks=(1, 1, 1, 1),
                       out_indices=(3,), norm_cfg=dict(type='FrozenBN')),
         bbox_head=dict(type='DETRHead', num_classes=CLASSES, embed_dims=D, num_queries=QUERIES,
-                       transformer=dict(num_heads=HEADS, num_encoder_layers=1,
-                                        num_decoder_layers=1, feedforward_channels=FFN,
+                       transformer=dict(num_heads=HEADS, num_encoder_layers=2,
+                                        num_decoder_layers=2, feedforward_channels=FFN,
                                         dropout=0.)))
     with DefaultScope.overwrite_default_scope('densevit'):
         return MODELS.build(cfg).eval()
@@ -83,6 +89,8 @@ def test_hf_detr_outputs_match(hf_detr, source):
     with torch.no_grad():
         ref = hf(pixel_values=x, pixel_mask=pixel_mask)
         out = ours(x, samples, mode='tensor')
+    # the queries differ from each other, so a mix-up of query rows would show
+    assert ref.logits.std(dim=1).min() > 5e-3 and ref.pred_boxes.std(dim=1).min() > 5e-4
     torch.testing.assert_close(out['pred_logits'][-1], ref.logits, atol=1e-4, rtol=0)
     torch.testing.assert_close(out['pred_boxes'][-1], ref.pred_boxes, atol=1e-4, rtol=0)
     if source == 'hub_file':  # the padding mask matters: the comparison covers it

@@ -94,6 +94,19 @@ def test_postprocess_rescales_to_original_image():
     assert torch.allclose(res.bboxes, torch.tensor([[25.0, 75.0, 75.0, 125.0]]))
 
 
+def test_num_dets_keeps_the_best_queries_by_score():
+    torch.manual_seed(0)
+    logits, boxes = torch.randn(6, 4), torch.rand(6, 4)
+    meta = dict(img_shape=(10, 10))
+    every = DETRHead(**TINY_HEAD).postprocess(logits, boxes, meta)  # query order
+    best = DETRHead(**TINY_HEAD, num_dets=4).postprocess(logits, boxes, meta)
+    order = every.scores.argsort(descending=True)[:4]
+    assert torch.equal(best.scores, every.scores[order])
+    assert torch.equal(best.labels, every.labels[order])
+    assert torch.equal(best.bboxes, every.bboxes[order])
+    assert len(DETRHead(**TINY_HEAD, num_dets=100).postprocess(logits, boxes, meta)) == 6
+
+
 @MODELS.register_module(name='_TinyConvBackbone', force=True)
 class _TinyConvBackbone(torch.nn.Module):
     """Stride-8 conv stem, enough to run DETR end to end."""

@@ -58,11 +58,14 @@ class DETRHead(BaseModule):
             DN queries get ``tgt`` = label embedding and ``query_pos`` = MLP(sine(noised
             box)), matching queries keep the learned ``query_pos`` and zero ``tgt``.
             Their losses (``dn_loss_*``) use the fixed assignment to the GT they came from.
+        num_dets (int | None): detections kept per image at prediction: None keeps every
+            query in query order (DETR's evaluation); an int keeps the ``num_dets``
+            best-scoring queries, highest first (MMDetection's ``test_cfg.max_per_img``).
     """
 
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=100,
                  transformer=DEFAULT, positional_encoding=DEFAULT, criterion=DEFAULT,
-                 aux_loss=True, dn_cfg=None, init_cfg=None):
+                 aux_loss=True, dn_cfg=None, num_dets=None, init_cfg=None):
         super().__init__(init_cfg)
         transformer = resolve_default(transformer, dict())
         positional_encoding = resolve_default(positional_encoding, dict())
@@ -70,6 +73,7 @@ class DETRHead(BaseModule):
         self.num_classes = num_classes
         self.num_queries = num_queries
         self.aux_loss = aux_loss
+        self.num_dets = num_dets
         self.input_proj = nn.Conv2d(in_channels, embed_dims, kernel_size=1)
         self.transformer = DetrTransformer(embed_dims=embed_dims, **transformer)
         pe_cfg = {'type': 'sine_2d', 'normalize': True, **positional_encoding}
@@ -171,11 +175,13 @@ class DETRHead(BaseModule):
         return self.layer_losses(out, targets, num_boxes)
 
     def predict(self, feat, mask, data_samples, rescale=True):
-        """Detections per image (all queries, no threshold, as DETR evaluates).
+        """Detections per image, no threshold: every query (as DETR evaluates) or the
+        best ``num_dets``.
 
         Returns:
-            list[InstanceData]: ``bboxes`` [Q, 4] xyxy pixels (of the original image when
-            ``rescale``, else of ``img_shape``), ``scores`` [Q], ``labels`` [Q].
+            list[InstanceData]: ``bboxes`` [N, 4] xyxy pixels (of the original image when
+            ``rescale``, else of ``img_shape``), ``scores`` [N], ``labels`` [N];
+            N = Q, or ``min(num_dets, Q)`` sorted by score.
         """
         out = self(feat, mask, data_samples)
         logits, boxes = out['pred_logits'][-1], out['pred_boxes'][-1]
@@ -183,7 +189,11 @@ class DETRHead(BaseModule):
                 for lg, bx, ds in zip(logits, boxes, data_samples, strict=True)]
 
     def postprocess(self, logits, boxes, meta, rescale=True):
-        """logits [Q, K+1], boxes [Q, 4] normalized cxcywh -> InstanceData in pixels."""
+        """logits [Q, K+1], boxes [Q, 4] normalized cxcywh -> InstanceData in pixels
+        (softmax over K+1, best of the K object classes; top ``num_dets`` if set)."""
         scores, labels = logits.softmax(-1)[:, :-1].max(-1)
+        if self.num_dets is not None:
+            scores, keep = scores.topk(min(self.num_dets, len(scores)))
+            labels, boxes = labels[keep], boxes[keep]
         return InstanceData(bboxes=boxes_to_pixels(boxes, meta, rescale), scores=scores,
                             labels=labels)
