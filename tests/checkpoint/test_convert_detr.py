@@ -4,12 +4,13 @@ MMDetection's layout is proven against mmdet itself in test_openmmlab_detr.py.""
 import pytest
 import torch
 from mmengine.registry import DefaultScope
-from random_init import randomize_
 
 from densevit.checkpoint.detr import convert_detr
 from densevit.checkpoint.load import load_pretrained, read_checkpoint
 from densevit.registry import MODELS
 from densevit.structures import DataSample
+
+from random_init import randomize_
 
 D, HEADS, FFN, QUERIES, CLASSES = 32, 2, 64, 5, 3
 

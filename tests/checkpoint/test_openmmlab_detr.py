@@ -15,6 +15,7 @@ from mmengine.config import Config
 
 from densevit.apis import inference, init_model
 from densevit.checkpoint.detr import MMDET, convert_detr
+from densevit.checkpoint.load import CheckpointMismatchError
 from densevit.checkpoint.model import convert_model
 from densevit.checkpoint.safe_load import load_checkpoint_safely
 from densevit.models.backbones.resnet import ResNet
@@ -147,7 +148,7 @@ def test_incomplete_or_foreign_files_are_refused(tmp_path):
     sd = ckpt['state_dict']
     missing = {k: v for k, v in sd.items() if not k.startswith('decoder.post_norm.')}
     torch.save(dict(ckpt, state_dict=missing), tmp_path / 'missing.pth')
-    with pytest.raises(RuntimeError, match=r'2 missing.*decoder_norm'):
+    with pytest.raises(CheckpointMismatchError, match=r'2 missing.*decoder_norm'):
         init_model(CONFIG, tmp_path / 'missing.pth', cfg_options=TINY)
     extra = dict(sd, **{'decoder.layers.0.extra.weight': torch.zeros(1)})
     torch.save(dict(ckpt, state_dict=extra), tmp_path / 'extra.pth')
@@ -157,7 +158,7 @@ def test_incomplete_or_foreign_files_are_refused(tmp_path):
     sigmoid = dict(sd, **{'bbox_head.fc_cls.weight': sd['bbox_head.fc_cls.weight'][:80],
                           'bbox_head.fc_cls.bias': sd['bbox_head.fc_cls.bias'][:80]})
     torch.save(dict(ckpt, state_dict=sigmoid), tmp_path / 'sigmoid.pth')
-    with pytest.raises(RuntimeError, match=r'wrong shape.*class_embed'):
+    with pytest.raises(CheckpointMismatchError, match=r'wrong shape.*class_embed'):
         init_model(CONFIG, tmp_path / 'sigmoid.pth', cfg_options=TINY)
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from common import build, import_openmmlab, save_io, save_like_mmengine, versions
+
 from random_init import randomize_
 
 NAME = 'mmdet_detr_r50'
