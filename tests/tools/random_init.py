@@ -14,20 +14,24 @@ _NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm)
 def randomize_(model, seed=0, scale=0.2):
     """Fill every floating-point parameter and buffer of ``model`` in place.
 
-    Norm-layer weights are ``1 + scale * N(0, 1)``, running variances
-    ``0.5 + |N(0, 1)|`` (positive), everything else ``scale * N(0, 1)``
-    (biases, running means, position and relative-bias tables included).
-    Integer buffers (index tables, ``num_batches_tracked``) are left alone.
+    Only what ``state_dict`` holds is drawn (what a checkpoint carries): a
+    non-persistent buffer (a data preprocessor's mean / std, a fixed table) keeps
+    its value, since a converted copy could never receive a random one.
+    Norm-layer weights (any module whose class name has ``Norm``, so frozen
+    BatchNorm's scale buffer too) are ``1 + scale * N(0, 1)``, running variances
+    ``0.5 + |N(0, 1)|`` (positive), everything else ``scale * N(0, 1)`` (biases,
+    running means, position and relative-bias tables included). Integer buffers
+    (index tables, ``num_batches_tracked``) are left alone.
 
     Returns:
         ``model``.
     """
     g = torch.Generator().manual_seed(seed)
     norm_weights = {id(m.weight) for m in model.modules()
-                    if isinstance(m, _NORMS) and getattr(m, 'weight', None) is not None}
+                    if (isinstance(m, _NORMS) or 'Norm' in type(m).__name__)
+                    and torch.is_tensor(getattr(m, 'weight', None))}
     with torch.no_grad():
-        tensors = list(model.named_parameters()) + list(model.named_buffers())
-        for name, t in tensors:
+        for name, t in model.state_dict(keep_vars=True).items():
             if not t.is_floating_point():
                 continue
             noise = torch.randn(t.shape, generator=g)
