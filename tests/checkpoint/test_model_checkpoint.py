@@ -187,3 +187,17 @@ def test_strict_is_not_used_for_fine_tuning(hf_detr, tmp_path, log_lines):
                                 'model.safetensors', strict=False)
     assert report.mismatched == ['bbox_head.class_embed.weight', 'bbox_head.class_embed.bias']
     assert any(level == logging.WARNING and 'WRONG SHAPE' in m for level, m in log_lines)
+
+
+def test_an_openmmlab_file_of_another_family_names_both(hf_detr):
+    """The mmseg SegFormer fixture given to a DETR config: the error names the layout
+    the file was recognised as, what its meta says, and what the config builds."""
+    _, root = hf_detr
+    fixture = REPO / 'tests' / 'checkpoint' / 'fixtures' / 'mmseg_segformer.pth'
+    with pytest.raises(CheckpointMismatchError) as e:
+        init_model(root / 'detr.py', fixture)
+    message = str(e.value)
+    assert 'mmseg_segformer.pth does not fit this model' in message
+    assert 'a MMSegmentation SegFormer checkpoint' in message
+    assert 'mmseg 1.2.2 EncoderDecoder(MixVisionTransformer, SegformerHead)' in message
+    assert 'the config builds DETR(ResNet, DETRHead)' in message
