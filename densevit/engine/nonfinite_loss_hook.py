@@ -1,4 +1,5 @@
-"""Stop training on a non-finite loss, naming the iteration (DETR's own guard)."""
+"""Stop training on a non-finite loss or gradient norm, naming the iteration (DETR's own
+guard)."""
 import math
 
 from mmengine.hooks import Hook
@@ -12,10 +13,14 @@ class NonFiniteLossError(FloatingPointError):
 
 @HOOKS.register_module()
 class NonFiniteLossHook(Hook):
-    """Raise :class:`NonFiniteLossError` as soon as ``loss`` is NaN or inf.
+    """Raise :class:`NonFiniteLossError` as soon as ``loss`` or the gradient norm is NaN
+    or inf.
 
     mmengine's ``CheckInvalidLossHook`` checks every ``interval`` iterations and does
-    not say where; a single scalar check per iteration costs nothing.
+    not say where; a single scalar check per iteration costs nothing. The gradient
+    norm (logged by the optimizer wrapper when ``clip_grad`` is set) matters as much:
+    a finite loss with a NaN gradient turns the weights into NaN, and the next
+    iteration would fail somewhere else (a detector's matcher) instead of here.
     """
 
     priority = 'VERY_HIGH'
@@ -32,3 +37,11 @@ class NonFiniteLossHook(Hook):
                 f'Training stopped: the loss is {value} at iteration {runner.iter + 1} '
                 f'(epoch {runner.epoch + 1}): {parts}. Lower the learning rate, check the '
                 f'data for degenerate boxes, or resume from the last checkpoint.')
+        hub = getattr(runner, 'message_hub', None)
+        grad_norm = hub.log_scalars.get('train/grad_norm') if hub is not None else None
+        if grad_norm is not None and not math.isfinite(grad_norm.current()):
+            raise NonFiniteLossError(
+                f'Training stopped: the gradient norm is {grad_norm.current()} at iteration '
+                f'{runner.iter + 1} (epoch {runner.epoch + 1}) although the loss is {value:.4g}; '
+                f'the weights updated in this step are no longer finite. Lower the learning '
+                f'rate, check the data, or resume from the last checkpoint.')

@@ -99,6 +99,18 @@ class Runner(MMEngineRunner):
         self._has_loaded = True
         return checkpoint
 
+    def train(self):
+        """mmengine's ``train``; a ``FloatingPointError`` from inside the model (a
+        detector's matcher meeting NaN predictions) names the iteration."""
+        from densevit.engine.nonfinite_loss_hook import NonFiniteLossError
+        try:
+            return super().train()
+        except NonFiniteLossError:
+            raise
+        except FloatingPointError as e:
+            raise NonFiniteLossError(f'Training stopped at iteration {self.iter + 1} (epoch '
+                                     f'{self.epoch + 1}): {e}') from e
+
     strict_load = True  # for test() / val(); training's load_from reports instead
     _evaluating = False
 

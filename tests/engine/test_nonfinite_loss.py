@@ -31,6 +31,31 @@ class LossTurnsNaN(BaseModel):
         return dict(loss_fake=out * (math.nan if self.steps >= self.nan_from else 1.0))
 
 
+class _NaNGradient(torch.autograd.Function):
+    """Identity forward; NaN backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * math.nan
+
+
+@MODELS.register_module(force=True)
+class GradientTurnsNaN(LossTurnsNaN):
+    """The loss stays finite; from the ``nan_from``-th step its gradient is NaN (the
+    detection case: ``grad_norm: nan`` logged, then NaN weights one iteration later)."""
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        out = self.weight * inputs.float().mean()
+        if mode != 'loss':
+            return out
+        self.steps += 1
+        return dict(loss_fake=_NaNGradient.apply(out) if self.steps >= self.nan_from else out)
+
+
 NAN_MODEL = """
 model = dict(_delete_=True, type='LossTurnsNaN', nan_from=3,
              data_preprocessor=dict(type='DetDataPreprocessor', pad_size_divisor=8))
@@ -47,6 +72,36 @@ def test_training_stops_at_the_first_nan_iteration(tmp_path):
     # stopped before anything else ran on the bad step: the iteration-2 checkpoint is the last
     assert (tmp_path / 'work' / 'iter_2.pth').is_file()
     assert not (tmp_path / 'work' / 'iter_4.pth').exists()
+
+
+def test_a_nan_gradient_stops_at_its_iteration(tmp_path):
+    config = write_config(tmp_path, extra=NAN_MODEL.replace('LossTurnsNaN', 'GradientTurnsNaN')
+                          + "optim_wrapper = dict(clip_grad=dict(max_norm=0.1, norm_type=2))\n")
+    with pytest.raises(NonFiniteLossError, match=r'gradient norm is nan at iteration 3\b'):
+        load_tool('tools/train.py').main([config, '--work-dir', str(tmp_path / 'work'),
+                                          '--cfg-options', 'train_cfg.max_iters=6',
+                                          *unique_names()])
+
+
+def test_a_floating_point_error_inside_the_model_names_the_iteration(tmp_path):
+    """Without clip_grad nothing logs the gradient norm: the NaN weights of iteration 3
+    make iteration 4 fail inside the model (as DETR's matcher does); the error says 4."""
+    from densevit.registry import MODELS as M
+
+    @M.register_module(force=True)
+    class FailsOnNaNWeights(GradientTurnsNaN):
+        def forward(self, inputs, data_samples=None, mode='tensor'):
+            if mode == 'loss' and not torch.isfinite(self.weight):
+                raise FloatingPointError('HungarianMatcher: the matching cost holds NaN')
+            return super().forward(inputs, data_samples, mode)
+
+    config = write_config(tmp_path, extra=NAN_MODEL.replace('LossTurnsNaN', 'FailsOnNaNWeights')
+                          + "optim_wrapper = dict(clip_grad=None)\n")
+    with pytest.raises(NonFiniteLossError,
+                       match=r'stopped at iteration 4 \(epoch 1\): HungarianMatcher'):
+        load_tool('tools/train.py').main([config, '--work-dir', str(tmp_path / 'work'),
+                                          '--cfg-options', 'train_cfg.max_iters=6',
+                                          *unique_names()])
 
 
 def fake_runner(iter=0, epoch=0):
