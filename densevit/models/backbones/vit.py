@@ -3,9 +3,11 @@
 Also the paper's hybrid (Sec. 3.1): a CNN stem's feature map is cut into
 patches (usually of size 1) instead of the image.
 """
+import math
 from collections.abc import Sequence
 
 import torch
+from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -35,6 +37,16 @@ ARCH_SETTINGS = {
 }
 _ARCH_ALIASES = {'ti': 'Ti', 'tiny': 'Ti', 's': 'S', 'small': 'S', 'b': 'B', 'base': 'B',
                  'l': 'L', 'large': 'L', 'h': 'H', 'huge': 'H'}
+
+
+def _has_class_row(rows, grid_hw):
+    """Whether a table of ``rows`` rows is a class-token row plus a grid: one more row
+    than this model's grid ``grid_hw``, or than a square grid (when ``rows`` is not
+    itself this model's grid or a square)."""
+    cells = grid_hw[0] * grid_hw[1]
+    if rows == cells or math.isqrt(rows) ** 2 == rows:
+        return False
+    return rows - 1 == cells or math.isqrt(rows - 1) ** 2 == rows - 1
 
 
 def _arch_setting(arch):
@@ -76,6 +88,10 @@ class VisionTransformer(BaseModule):
         drop_path_rate (float): stochastic depth, rising linearly from 0 at the
             first layer to this value at the last.
         qkv_bias (bool): bias on the qkv projection.
+        layer_norm_eps (float, optional): epsilon of every LayerNorm (blocks and final
+            norm). None: 1e-6 (timm, MMSegmentation), or the value a loaded checkpoint's
+            origin implies (Hugging Face ViT: 1e-12; see :meth:`checkpoint_options`);
+            a number given here is kept whatever the checkpoint.
         final_norm (bool): LayerNorm on the last layer's output (pre-norm layers
             leave it un-normalised); returned when the last layer is an output.
         interpolate_mode (str): how learned position tables are resized.
@@ -108,7 +124,7 @@ class VisionTransformer(BaseModule):
 
     def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
                  with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
-                 drop_path_rate=0., qkv_bias=True, final_norm=True,
+                 drop_path_rate=0., qkv_bias=True, layer_norm_eps=None, final_norm=True,
                  interpolate_mode='bicubic', pos_embed=DEFAULT,
                  stem=None, frozen_stages=-1, with_cp=False, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
@@ -118,6 +134,8 @@ class VisionTransformer(BaseModule):
         self.embed_dims = D = setting['embed_dims']
         self.num_layers = setting['num_layers']
         self.patch_size = patch_size
+        self.layer_norm_eps_given = layer_norm_eps is not None
+        eps = 1e-6 if layer_norm_eps is None else layer_norm_eps
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
 
         stem_stride = 1
@@ -143,9 +161,9 @@ class VisionTransformer(BaseModule):
         self.blocks = nn.ModuleList(
             TransformerEncoderLayer(D, setting['num_heads'], setting['feedforward_channels'],
                                     drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
-                                    drop_path_rate=dpr[i], qkv_bias=qkv_bias)
+                                    drop_path_rate=dpr[i], qkv_bias=qkv_bias, norm_eps=eps)
             for i in range(self.num_layers))
-        self.norm = nn.LayerNorm(D, eps=1e-6) if final_norm else None
+        self.norm = nn.LayerNorm(D, eps=eps) if final_norm else None
 
         if isinstance(out_indices, int):
             out_indices = [out_indices]
@@ -225,6 +243,26 @@ class VisionTransformer(BaseModule):
                 nn.init.trunc_normal_(self.cls_token, std=.02)
         super().init_weights()
 
+    def checkpoint_options(self, layer_norm_eps=None):
+        """Options implied by a checkpoint's origin (``Layout.options``), set before loading.
+
+        Args:
+            layer_norm_eps (float, optional): the origin's LayerNorm epsilon (HF ViT
+                1e-12, timm / MMSegmentation 1e-6); ignored, with an INFO line when it
+                differs, if the config gave ``layer_norm_eps`` explicitly.
+        """
+        if layer_norm_eps is None:
+            return
+        norms = [m for m in self.modules() if isinstance(m, nn.LayerNorm)]
+        current = norms[0].eps if norms else layer_norm_eps
+        if self.layer_norm_eps_given:
+            if current != layer_norm_eps:
+                print_log(f'VisionTransformer: keeping layer_norm_eps={current} from the config; '
+                          f'the checkpoint was made with {layer_norm_eps}', logger='current')
+            return
+        for m in norms:
+            m.eps = layer_norm_eps
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # timm stores the table as a bare ``pos_embed`` parameter; ours lives in
         # a module (``pos_embed.weight``) so other PE types can replace it.
@@ -233,7 +271,26 @@ class VisionTransformer(BaseModule):
         if isinstance(self.pos_embed, LearnedPositionEmbedding) and bare in state_dict \
                 and ours not in state_dict:
             state_dict[ours] = state_dict.pop(bare)
+        if self.cls_token is None and prefix + 'cls_token' in state_dict:
+            self._drop_class_token(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _drop_class_token(self, state_dict, prefix):
+        """A checkpoint with a class token loaded into a ViT without one.
+
+        timm files, and MMSegmentation's ViT even with ``with_cls_token=False``, have
+        ``cls_token`` and its row first in ``pos_embed`` [1, 1 + h*w, D]; the row only
+        ever reaches the class token, so the patch tokens are the same without both.
+        """
+        state_dict.pop(prefix + 'cls_token')
+        key = prefix + 'pos_embed.weight'
+        table = state_dict.get(key)
+        if isinstance(self.pos_embed, LearnedPositionEmbedding) and table is not None \
+                and table.dim() == 3 \
+                and _has_class_row(table.shape[1], self.pos_embed.num_patches_hw):
+            state_dict[key] = table[:, 1:]
+            print_log(f'{prefix}cls_token and its position row dropped: this ViT has no class '
+                      f'token (with_cls_token=False)', logger='current')
 
     def _layer_position(self, i, hw, shared):
         """What layer i gets: (table to add [1, N, D] or None, attn bias [1, h, N, N] or None)."""
