@@ -3,8 +3,9 @@
 The fixtures (``tools/dev/openmmlab_fixtures/make_setr.py``) are tiny randomised mmseg
 SETR-Naive, -PUP and -MLA segmentors built like the ADE20K zoo configs, saved as
 mmengine saves them, with mmseg's backbone maps, neck maps, decode and auxiliary
-logits on a zero-padded batch of two images and on an image of another size (the
-position table resized to a grid it was not made for).
+logits on a zero-padded batch of two images, on an image of another size (the
+position table resized to a grid it was not made for) and (Naive) on one that is not
+whole patches (padded inside the ViT, as mmseg's ``patch_pad='corner'``).
 """
 import copy
 import logging
@@ -28,7 +29,7 @@ ARCH = dict(embed_dims=32, num_layers=4, num_heads=4, feedforward_channels=32)
 def _backbone(with_cls_token, **kwargs):
     return dict(type='VisionTransformer', arch=ARCH, img_size=32, patch_size=8,
                 with_cls_token=with_cls_token, out_indices=(0, 1, 2, 3), final_norm=False,
-                interpolate_mode='bilinear', **kwargs)
+                interpolate_mode='bilinear', pad_to_patch=True, **kwargs)
 
 
 def _up_head(in_index, num_convs, up_scale, kernel_size):
@@ -98,7 +99,7 @@ def test_whole_model_through_init_model(name, log_lines):
     path, io = _fixture(name)
     model = init_model(_config(name), str(path))  # strict: everything must load
     assert any('MMSegmentation SETR' in m for _, m in log_lines)
-    for key in ('batch', 'other'):
+    for key in io['outputs']:
         ours = _mmseg_order(name, _outputs(model, io['inputs'][key]))
         ref = io['outputs'][key]
         for part in ('backbone', 'neck', 'decode', 'aux'):
@@ -117,7 +118,7 @@ def test_backbone_through_init_cfg_prefix(name, log_lines):
     model.eval()
     assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]
     assert torch.equal(model.patch_embed.proj.bias, torch.zeros(32))  # mmseg has none
-    for key in ('batch', 'other'):
+    for key in io['outputs']:
         with torch.no_grad():
             maps = model(io['inputs'][key])
         assert _max_diff(list(maps), io['outputs'][key]['backbone']) <= ATOL
@@ -185,3 +186,15 @@ def test_loading_reports_a_partial_setr_file():
     model = init_model(_config('mmseg_setr_naive'))
     with pytest.raises(ValueError, match=r'SETR \(Naive / PUP\) layout.*decode_head\.extra_conv'):
         load_state_dict_loudly(model, convert_model(sd), 'partial.pth', strict=True)
+
+
+def test_sliding_window_logits_match_mmseg():
+    """12x12 windows every 9 pixels on a 20x27 image: each window is padded to whole
+    patches inside the ViT and its logits resized back to the window, as in mmseg."""
+    path, io = _fixture('mmseg_setr_naive')
+    model = init_model(_config('mmseg_setr_naive'), str(path))
+    model.test_cfg = dict(mode='slide', crop_size=(12, 12), stride=(9, 9))
+    x = io['inputs']['odd']
+    with torch.no_grad():
+        logits = model.inference(x, [dict(img_shape=tuple(x.shape[-2:]))])
+    assert _max_diff(logits, io['outputs']['odd']['slide']) <= ATOL

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
@@ -111,6 +112,11 @@ class VisionTransformer(BaseModule):
             ``img_size`` stays the image size; strides multiply.
         with_cp (bool): gradient checkpointing of every block (recompute activations in
             the backward pass instead of storing them) to save memory in training.
+        pad_to_patch (bool): zero-pad the input (after the CNN stem, if any) at the
+            bottom / right to a multiple of the patch size, so that any size goes in;
+            the maps then cover the padded size (MMSegmentation's ViT does this,
+            ``patch_pad='corner'``: slide-inference windows at image borders need not
+            be whole patches). False: such an input is an error.
         frozen_stages (int): -1 trains everything; 0 freezes the stem (CNN stem,
             patch embedding, cls token, stem / shared position table); k > 0 also
             freezes layers ``0..k-1`` with their own position tables (and the
@@ -118,18 +124,20 @@ class VisionTransformer(BaseModule):
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
 
     Shapes:
-        x: [B, C, H, W] with H, W multiples of P -> tuple of [B, D, H/P, W/P],
-        one per ``out_indices`` entry, in that order.
+        x: [B, C, H, W] with H, W multiples of P (or any, with ``pad_to_patch``) ->
+        tuple of [B, D, ceil(H/P), ceil(W/P)], one per ``out_indices`` entry, in that order.
     """
 
     def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
                  with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0., qkv_bias=True, layer_norm_eps=None, final_norm=True,
                  interpolate_mode='bicubic', pos_embed=DEFAULT,
-                 stem=None, frozen_stages=-1, with_cp=False, init_cfg=None):
+                 stem=None, pad_to_patch=False, frozen_stages=-1, with_cp=False,
+                 init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         pos_embed = resolve_default(pos_embed, dict(type='learned_1d', placement='stem'))
         self.with_cp = with_cp
+        self.pad_to_patch = pad_to_patch
         setting = _arch_setting(arch)
         self.embed_dims = D = setting['embed_dims']
         self.num_layers = setting['num_layers']
@@ -307,6 +315,8 @@ class VisionTransformer(BaseModule):
         B = x.shape[0]
         if self.stem is not None:
             x = self.stem(x)[-1]  # hybrid: patches of the CNN's feature map
+        if self.pad_to_patch:
+            x = F.pad(x, (0, -x.shape[-1] % self.patch_size, 0, -x.shape[-2] % self.patch_size))
         x, (h, w) = self.patch_embed(x)  # [B, h*w, D]
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)

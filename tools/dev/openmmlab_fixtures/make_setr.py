@@ -2,14 +2,18 @@
 
 Three segmentors built like mmseg's ADE20K zoo configs (``setr_vit-l_{naive,pup,mla}_
 8xb2-160k_ade20k-512x512.py``: same heads, auxiliary heads, norms and eps, backbone
-options), shrunk to a 4-layer ViT of width 32 with 8x8 patches and a position table for
+options), shrunk to a 4-layer ViT of width 32 (MLP 32) with 8x8 patches and a position table for
 32x32 images (4x4 grid), 3 classes, every tensor randomised. To keep the files small the
 auxiliary heads upsample x2 per stage instead of the zoo's x4 (a factor without weights). Saved as mmengine saves them; ``*_io.pth`` holds the
 backbone maps, decode and auxiliary logits (eval mode) for
 
 - ``batch``: two images (16x24 and 8x24) zero-padded to one 16x24 batch (2x3 grid;
   mmseg's test data preprocessor does not pad, so the batch is the padded tensor itself);
-- ``other``: one 24x40 image (3x5 grid).
+- ``other``: one 24x40 image (3x5 grid);
+- ``odd`` (Naive only, to keep the files small): one 20x27 image, not whole patches:
+  mmseg's ViT pads it at the bottom / right (``patch_pad='corner'``) to 24x32; also
+  mmseg's sliding-window logits on it (12x12 windows every 9 pixels: each window is
+  padded to 16x16 inside the ViT and its logits resized back to 12x12).
 
 Run from the repository root with the reference environment:
     PYTHONPATH=tools/dev/openmmlab_fixtures:tests/tools /work/fx/venv/bin/python \
@@ -19,6 +23,7 @@ import copy
 
 import torch
 from common import build, import_openmmlab, save_io, save_like_mmengine, versions
+
 from random_init import randomize_
 
 D, K, C, P = 32, 3, 8, 8  # width, classes, head channels
@@ -81,7 +86,8 @@ def inputs(seed):
     batch = torch.zeros(2, 3, 16, 24)
     batch[0], batch[1, :, :8] = a, b
     return dict(batch=batch, batch_img_shapes=torch.tensor([[16, 24], [8, 24]]),
-                other=torch.randn(1, 3, 24, 40, generator=g))
+                other=torch.randn(1, 3, 24, 40, generator=g),
+                odd=torch.randn(1, 3, 20, 27, generator=g))
 
 
 @torch.no_grad()
@@ -93,6 +99,15 @@ def outputs(model, x):
                 aux=[head(neck) for head in model.auxiliary_head])
 
 
+@torch.no_grad()
+def slide_logits(model, x):
+    """mmseg's sliding-window logits [1, K, H, W]: 12x12 windows every 9 pixels."""
+    from mmengine.config import ConfigDict
+    model.test_cfg = ConfigDict(mode='slide', crop_size=(12, 12), stride=(9, 9))
+    shape = tuple(x.shape[-2:])
+    return model.inference(x, [dict(img_shape=shape, ori_shape=shape, pad_shape=shape)])
+
+
 def main():
     import_openmmlab()
     for seed, (name, cfg) in enumerate(CONFIGS.items()):
@@ -100,9 +115,13 @@ def main():
         save_like_mmengine(model, name, cfg, 'mmseg',
                            dataset_meta=dict(classes=tuple(f'c{i}' for i in range(K))))
         x = inputs(100 + seed)
-        out = {k: outputs(model, x[k]) for k in ('batch', 'other')}
+        if name != 'mmseg_setr_naive':
+            del x['odd']
+        out = {k: outputs(model, x[k]) for k in ('batch', 'other', 'odd') if k in x}
+        if 'odd' in x:
+            out['odd']['slide'] = slide_logits(model, x['odd'])
         save_io(name, x, out, f'{name}: mmseg EncoderDecoder (eval) backbone maps, neck maps, '
-                f'decode and auxiliary logits on a padded batch and a 24x40 image; '
+                f'decode and auxiliary logits on a padded batch, a 24x40 and a 20x27 image; '
                 f'{versions()}')
 
 
