@@ -76,7 +76,17 @@ class VisionTransformer(BaseModule):
         arch (str | dict): 'Ti', 'S', 'B', 'L', 'H', or a dict with
             ``embed_dims, num_layers, num_heads, feedforward_channels``.
         img_size (int | tuple[int, int]): image size the position table is made
-            for; other input sizes get the table resized (bicubic) each forward.
+            for (unless ``pos_grid`` says otherwise); other input sizes get the table
+            resized (``interpolate_mode``) each forward.
+        pos_grid (tuple[int, int], optional): patch grid (h0, w0) of the position
+            table, when it is not ``img_size / patch_size``. A pretrained table for
+            another grid is resized once on load to the model's grid and, for inputs
+            of yet another size, again at every forward (as timm and MMSegmentation
+            do); giving the checkpoint's own grid here (e.g. ``(24, 24)`` for a
+            384-pixel ViT/16) keeps its table as trained and resizes it straight to
+            each input's grid, as Hugging Face's ``interpolate_pos_encoding`` does.
+            A build option rather than a reshape on load: the optimizer and DDP are
+            set up before weights are loaded and must see the final shape.
         patch_size (int): P.
         in_channels (int): image channels.
         with_cls_token (bool): prepend a learned class token (dropped from the
@@ -132,7 +142,7 @@ class VisionTransformer(BaseModule):
                  with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0., qkv_bias=True, layer_norm_eps=None, final_norm=True,
                  interpolate_mode='bicubic', pos_embed=DEFAULT,
-                 stem=None, pad_to_patch=False, frozen_stages=-1, with_cp=False,
+                 stem=None, pos_grid=None, pad_to_patch=False, frozen_stages=-1, with_cp=False,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         pos_embed = resolve_default(pos_embed, dict(type='learned_1d', placement='stem'))
@@ -160,7 +170,8 @@ class VisionTransformer(BaseModule):
         if self.pos_embed_type == 'sine_2d':
             raise ValueError("pos_embed 'sine_2d' encodes a padding mask for DETR's transformer; "
                              "for ViT tokens use 'sincos_2d'")
-        self.pos_embed = self._build_pos_embed(pos_embed, grid_hw, setting['num_heads'],
+        table_hw = grid_hw if pos_grid is None else tuple(pos_grid)
+        self.pos_embed = self._build_pos_embed(pos_embed, table_hw, setting['num_heads'],
                                                interpolate_mode)
         self.pos_drop = nn.Dropout(drop_rate)
 
