@@ -186,3 +186,18 @@ def test_nested_checkpoint_and_weights_only(tmp_path):
     torch.save({'model': sd, 'args': argparse.Namespace(lr=1e-4)}, tmp_path / 'pickled.pth')
     with pytest.raises(Exception, match=r'^the global argparse\.Namespace: refusing to load .*pickled\.pth'):
         read_checkpoint(tmp_path / 'pickled.pth')
+
+
+def test_class_token_row_dropped_for_a_vit_without_class_token(tmp_path, log_lines):
+    """A timm file (class token, table [1, 1 + 4x4, D]) into a ViT with
+    ``with_cls_token=False`` built for another grid: token and row dropped, grid resized
+    (once 'cannot resize a table of 17 grid rows')."""
+    src = randomize_(_ours())
+    path = tmp_path / 'timm_vit.pth'
+    torch.save(_timm_state_dict(src), path)
+    dst = _ours(img_size=48, with_cls_token=False)
+    report = load_pretrained(dst, path, convert=convert_vit)
+    assert not (report.missing or report.unexpected or report.mismatched)
+    torch.testing.assert_close(dst.pos_embed.weight,
+                               src.pos_embed.table((6, 6))[:, 1:])
+    assert any('cls_token and its position row dropped' in m for _, m in log_lines)
