@@ -10,7 +10,9 @@ is where trained SETR weights exist. Two layouts, told apart by the keys
 mmseg                                           densevit
 ==============================================  ==========================================
 ``backbone.*``                                  ``backbone.*`` (mmseg ViT, see ``vit.py``)
-``{decode_head,auxiliary_head.K}.norm``         ``...norm`` (token LayerNorm)
+``{decode_head,auxiliary_head.K}.norm``         ``...norm`` (token LayerNorm); a single
+                                                auxiliary head (``auxiliary_head.norm``) is
+                                                densevit's ``auxiliary_head.0``
 ``...up_convs.I.0.{conv,bn}`` (ConvModule)      ``...up_convs.I.{conv,bn}``
 ``...conv_seg``                                 ``...conv_seg``
 ==============================================  ==========================================
@@ -56,7 +58,13 @@ from .layout import Layout
 from .vit import MMSEG_RULES, add_patch_bias
 
 _LEAF = r'(weight|bias|running_mean|running_var|num_batches_tracked)'
-_HEAD = r'(decode_head|auxiliary_head\.\d+)\.'
+_HEAD = r'(decode_head|auxiliary_head(?:\.\d+)?)\.'
+
+
+def _head(name):
+    """densevit's module name: a single mmseg auxiliary head (a dict in the config, no
+    index in its keys) is the first of densevit's always-a-list auxiliary heads."""
+    return 'auxiliary_head.0' if name == 'auxiliary_head' else name
 
 
 def _backbone_rules():
@@ -71,9 +79,10 @@ def _backbone_post(state_dict):
 UP = Layout(
     'MMSegmentation SETR (Naive / PUP)', r'^decode_head\.up_convs\.\d+\.0\.conv\.weight$',
     _backbone_rules() + [
-        (_HEAD + r'norm\.(weight|bias)', r'\1.norm.\2'),
-        (_HEAD + r'up_convs\.(\d+)\.0\.(conv|bn)\.' + _LEAF, r'\1.up_convs.\2.\3.\4'),
-        (_HEAD + r'conv_seg\.(weight|bias)', r'\1.conv_seg.\2'),
+        (_HEAD + r'norm\.(weight|bias)', lambda m: f'{_head(m[1])}.norm.{m[2]}'),
+        (_HEAD + r'up_convs\.(\d+)\.0\.(conv|bn)\.' + _LEAF,
+         lambda m: f'{_head(m[1])}.up_convs.{m[2]}.{m[3]}.{m[4]}'),
+        (_HEAD + r'conv_seg\.(weight|bias)', lambda m: f'{_head(m[1])}.conv_seg.{m[2]}'),
     ],
     post=_backbone_post, options={'layer_norm_eps': 1e-6})
 

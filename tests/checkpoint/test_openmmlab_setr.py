@@ -198,3 +198,18 @@ def test_sliding_window_logits_match_mmseg():
     with torch.no_grad():
         logits = model.inference(x, [dict(img_shape=tuple(x.shape[-2:]))])
     assert _max_diff(logits, io['outputs']['odd']['slide']) <= ATOL
+
+
+def test_single_auxiliary_head_without_index(tmp_path):
+    """An mmseg config with one auxiliary head (a dict): keys ``auxiliary_head.*``."""
+    sd = read_checkpoint(FIXTURES / 'mmseg_setr_naive.pth')
+    single = {k.replace('auxiliary_head.0.', 'auxiliary_head.'): v for k, v in sd.items()
+              if not k.startswith(('auxiliary_head.1.', 'auxiliary_head.2.'))}
+    path = tmp_path / 'single_aux.pth'
+    torch.save({'state_dict': single}, path)
+    cfg = _config('mmseg_setr_naive')
+    cfg.model.auxiliary_head = cfg.model.auxiliary_head[:1]
+    model = init_model(cfg, str(path))
+    io = torch.load(FIXTURES / 'mmseg_setr_naive_io.pth', weights_only=True)
+    ours = _outputs(model, io['inputs']['other'])
+    assert _max_diff(ours['aux'][0], io['outputs']['other']['aux'][0]) <= ATOL
