@@ -1,7 +1,12 @@
 # SETR-PUP (Zheng et al. 2021) on ViT-L/16, ADE20K, 512x512 crops, 160k iterations,
-# 8 GPUs x 2 images (batch 16). ADE20K mIoU single / multi-scale (official repo):
-# 48.58 / 50.09. Sliding-window inference: 512x512 windows every 341 pixels.
-# The backbone starts from ImageNet-21k ViT-L/16 weights (timm layout) at the path below.
+# 8 GPUs x 2 images (batch 16): MMSegmentation's setr_vit-l_pup_8xb2-160k_ade20k-512x512.py
+# (same model, pipelines, sliding-window test and schedule). ADE20K mIoU single / multi-scale:
+# 48.24 / 49.99 (mmseg model zoo), 48.58 / 50.09 (official repo). mmseg's checkpoint evaluates
+# as is (converted on load, densevit/checkpoint/setr.py):
+#   https://download.openmmlab.com/mmsegmentation/v0.5/setr/setr_pup_512x512_160k_b16_ade20k/setr_pup_512x512_160k_b16_ade20k_20210619_191343-7e0ce826.pth
+#   python tools/test.py configs/setr/setr_vit-l16_pup_8xb2-160k_ade20k-512x512.py CKPT
+# Training starts from ImageNet-21k ViT-L/16 weights (timm layout) at the path in
+# ../_base_/models/setr_vit-l16.py:
 #   python tools/train.py configs/setr/setr_vit-l16_pup_8xb2-160k_ade20k-512x512.py
 _base_ = [
     '../_base_/models/setr_pup.py',  # ViT-L/16 weights, 512 crops, slide inference: setr_vit-l16.py

@@ -206,7 +206,8 @@ def load_state_dict_loudly(module, state_dict, source, convert=None, expected_mi
         raise CheckpointMismatchError(
             f'{name}: {source} does not match the model: {len(missing)} missing '
             f'{missing[:_SHOW]}, {len(unexpected)} unexpected {unexpected[:_SHOW]}, '
-            f'{len(mismatched)} of the wrong shape {errors[:_SHOW]}')
+            f'{len(mismatched)} of the wrong shape {errors[:_SHOW]}; the file is {what}, the '
+            f'config builds {_describe(module)}')
     total = len(own)
     bad = missing or unexpected or mismatched
     print_log(f'{name}: loaded {len(loaded)}/{total} tensors from {source}'

@@ -25,7 +25,7 @@ from .safe_load import CorruptCheckpointError, UnsafeCheckpointError
 CHECKPOINT_ERRORS = (CheckpointMismatchError, CorruptCheckpointError, UnsafeCheckpointError)
 
 # modules of this package with model_layouts(state_dict)
-FAMILIES = ('detr', 'deformable_detr', 'mit')
+FAMILIES = ('detr', 'deformable_detr', 'mit', 'setr')
 
 # keys in saved models that are not weights of the model itself
 _NOT_WEIGHTS = r'(data_preprocessor\.|ema_|ema_model\.|module\.ema\.).*'

@@ -1,5 +1,5 @@
-"""ViT checkpoints (timm incl. DeiT / AugReg / MAE, Hugging Face) -> densevit's
-:class:`VisionTransformer`.
+"""ViT checkpoints (timm incl. DeiT / AugReg / MAE, Hugging Face, MMSegmentation) ->
+densevit's :class:`VisionTransformer`.
 
 Layouts recognised from the keys:
 
@@ -24,8 +24,48 @@ Layouts recognised from the keys:
   ``attention.output.dense``, ``intermediate.dense``, ``output.dense``,
   ``layernorm_before/after``, ``layernorm``) and the transformers-5 module
   layout (``layers.N.attention.{q,k,v,o}_proj``, ``mlp.fc1/fc2``). q, k and v
-  ([D, D] each) are concatenated into ``qkv`` ([3D, D], q-k-v order). Note HF ViT's LayerNorm eps is 1e-12 (ours:
-  1e-6); the difference is negligible for trained weights.
+  ([D, D] each) are concatenated into ``qkv`` ([3D, D], q-k-v order). HF ViT's
+  LayerNorm eps is 1e-12: the layout's options set ``layer_norm_eps=1e-12`` on the
+  backbone (``VisionTransformer.checkpoint_options``; timm and mmseg: 1e-6).
+
+- MMSegmentation 1.x ``VisionTransformer`` (``mmseg/models/backbones/vit.py``), e.g. a
+  SETR checkpoint with ``prefix='backbone.'``:
+
+  ================================================  ====================================
+  mmseg                                             densevit
+  ================================================  ====================================
+  ``patch_embed.projection.weight`` [D, C, P, P]    ``patch_embed.proj.weight``
+  ``patch_embed.projection.bias`` (if any)          ``patch_embed.proj.bias``
+  ``cls_token`` [1, 1, D]                           ``cls_token``
+  ``pos_embed`` [1, 1 + h*w, D]                     ``pos_embed.weight``
+  ``layers.N.ln1`` / ``ln2``                        ``blocks.N.norm1`` / ``norm2``
+  ``layers.N.attn.attn.in_proj_weight`` [3D, D]     ``blocks.N.attn.qkv.weight``
+  ``layers.N.attn.attn.in_proj_bias`` [3D]          ``blocks.N.attn.qkv.bias``
+  ``layers.N.attn.attn.out_proj``                   ``blocks.N.attn.proj``
+  ``layers.N.ffn.layers.0.0`` (Linear D -> F)       ``blocks.N.mlp.fc1``
+  ``layers.N.ffn.layers.1`` (Linear F -> D)         ``blocks.N.mlp.fc2``
+  ``ln1`` (final norm, only with ``final_norm``)    ``norm``
+  ================================================  ====================================
+
+  Facts beyond renaming (checked in mmseg 1.2.2's ``vit.py`` and mmcv's
+  ``MultiheadAttention`` / ``FFN``):
+
+  * ``in_proj_weight`` is ``nn.MultiheadAttention``'s packed q, k, v ([3D, D], q-k-v
+    order, heads contiguous within each), the layout of densevit's ``qkv``.
+  * the patch convolution has no bias by default (``patch_bias=False``): a zero
+    ``patch_embed.proj.bias`` is added.
+  * ``cls_token`` and the class-token row of ``pos_embed`` exist even with
+    ``with_cls_token=False`` (the row is added to the token, which is removed before
+    the first layer); a densevit ViT without class token drops both on load
+    (``VisionTransformer._load_from_state_dict``): the same patch tokens.
+  * the final norm is ``ln1`` (``build_norm_layer`` with postfix 1), absent with the
+    default ``final_norm=False`` (SETR): build densevit's ViT with ``final_norm=False``.
+  * the table is made for ``img_size`` and resized to each input's grid
+    (``interpolate_mode``, ``align_corners=False``), as densevit does.
+  * LayerNorm eps comes from ``norm_cfg``: mmseg's ViT configs (SETR, UPerNet) give
+    1e-6, which the layout's options set (mmcv's bare ``dict(type='LN')`` is 1e-5).
+  * ``patch_norm`` / ``pre_norm`` variants (``patch_embed.norm``, ``pre_ln``) have no
+    densevit counterpart: their keys stay unexplained (a strict load refuses them).
 
 Position tables made for another grid are resized when loaded (see
 ``LearnedPositionEmbedding`` in ``densevit/models/layers/pos_embed.py``).
@@ -55,7 +95,8 @@ TIMM = Layout(
         r'fc_norm\..*': 'norm of the pooled feature (global-pool / MAE fine-tuned classifier), '
                         'not a per-token norm; use final_norm=False for such checkpoints',
         r'decoder_.*|mask_token': 'MAE decoder (pre-training only)',
-    })
+    },
+    options={'layer_norm_eps': 1e-6})
 
 _QKV = {'query': 'q', 'key': 'k', 'value': 'v', 'q_proj': 'q', 'k_proj': 'k', 'v_proj': 'v'}
 _HF = r'(?:vit\.)?'
@@ -81,7 +122,33 @@ HF = Layout(
         _HF + r'pooler\..*': 'pooler (tanh layer on the class token, classification only)',
         r'classifier\..*': 'ImageNet classification head (not part of a backbone)',
         _HF + r'embeddings\.mask_token': 'masked-image-modelling token (pre-training only)',
-    })
+    },
+    options={'layer_norm_eps': 1e-12})
+
+_MM_LAYER = r'layers\.(\d+)\.'
+MMSEG_RULES = [
+    (r'patch_embed\.projection\.(weight|bias)', r'patch_embed.proj.\1'),
+    (r'cls_token', 'cls_token'),
+    (r'pos_embed', 'pos_embed.weight'),
+    (_MM_LAYER + r'ln(1|2)\.(weight|bias)', r'blocks.\1.norm\2.\3'),
+    (_MM_LAYER + r'attn\.attn\.in_proj_(weight|bias)', r'blocks.\1.attn.qkv.\2'),
+    (_MM_LAYER + r'attn\.attn\.out_proj\.(weight|bias)', r'blocks.\1.attn.proj.\2'),
+    (_MM_LAYER + r'ffn\.layers\.0\.0\.(weight|bias)', r'blocks.\1.mlp.fc1.\2'),
+    (_MM_LAYER + r'ffn\.layers\.1\.(weight|bias)', r'blocks.\1.mlp.fc2.\2'),
+    (r'ln1\.(weight|bias)', r'norm.\1'),
+]
+
+
+def add_patch_bias(state_dict, prefix=''):
+    """mmseg's patch convolution has no bias (``patch_bias=False``): add a zero one [D]."""
+    weight = state_dict.get(prefix + 'patch_embed.proj.weight')
+    if weight is not None and prefix + 'patch_embed.proj.bias' not in state_dict:
+        state_dict[prefix + 'patch_embed.proj.bias'] = weight.new_zeros(weight.shape[0])
+    return state_dict
+
+
+MMSEG = Layout('MMSegmentation ViT', r'^layers\.\d+\.attn\.attn\.in_proj_weight$', MMSEG_RULES,
+               post=add_patch_bias, options={'layer_norm_eps': 1e-6})
 
 
 def _drop_dist_token(state_dict):
@@ -105,7 +172,8 @@ def convert_vit(state_dict, strict=False):
     """Convert a ViT checkpoint's ``state_dict`` to densevit's key layout.
 
     Args:
-        state_dict (dict): timm (DeiT, AugReg, MAE) or HF ViT (or densevit) tensors.
+        state_dict (dict): timm (DeiT, AugReg, MAE), HF or MMSegmentation ViT (or
+            densevit) tensors.
         strict (bool): raise on keys no rule explains (else kept, and reported
             as unexpected when loaded).
 
@@ -115,4 +183,4 @@ def convert_vit(state_dict, strict=False):
     Raises:
         ValueError: the keys match no ViT layout (the first keys are listed).
     """
-    return convert_state_dict(state_dict, [TIMM, HF], 'ViT', strict)
+    return convert_state_dict(state_dict, [TIMM, HF, MMSEG], 'ViT', strict)

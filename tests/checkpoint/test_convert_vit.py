@@ -5,23 +5,13 @@ import logging
 import pytest
 import torch
 
-from densevit.checkpoint.load import load_pretrained, read_checkpoint
+from densevit.checkpoint.load import load_pretrained, load_state_dict_loudly, read_checkpoint
 from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.vit import VisionTransformer
 
+from random_init import randomize_
+
 TINY = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
-
-
-
-
-def _randomize(model, seed=0):
-    # HF initialises some tensors to zeros / ones; random values make every
-    # mis-mapped or transposed tensor show in the outputs.
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return model
 
 
 def _ours(img_size=32, **kwargs):
@@ -31,11 +21,13 @@ def _ours(img_size=32, **kwargs):
 @pytest.fixture(scope='module')
 def hf_vit(tmp_path_factory):
     transformers = pytest.importorskip('transformers')
+    # HF's own LayerNorm eps (1e-12), which the HF layout's options hand to densevit's ViT;
+    # every tensor random (biases, norms, position table, class token)
     cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                  intermediate_size=64, image_size=32, patch_size=8,
-                                 layer_norm_eps=1e-6, hidden_dropout_prob=0.,
+                                 layer_norm_eps=1e-12, hidden_dropout_prob=0.,
                                  attention_probs_dropout_prob=0.)
-    model = _randomize(transformers.ViTModel(cfg, add_pooling_layer=False)).eval()
+    model = randomize_(transformers.ViTModel(cfg, add_pooling_layer=False)).eval()
     path = tmp_path_factory.mktemp('hf_vit')
     model.save_pretrained(path)  # Hub file layout (encoder.layer.N.attention.attention.query)
     return model, path / 'model.safetensors'
@@ -55,7 +47,9 @@ def test_hf_vit_outputs_match(hf_vit, source):
     # the Hub file (what from_pretrained downloads) and transformers-5's own module names
     sd = read_checkpoint(path) if source == 'hub_file' else hf.state_dict()
     ours = _ours()
-    ours.load_state_dict(convert_vit(sd, strict=True), strict=True)
+    load_state_dict_loudly(ours, sd, source, convert=lambda s: convert_vit(s, strict=True),
+                           strict=True)
+    assert ours.norm.eps == ours.blocks[0].norm1.eps == 1e-12  # the layout's options
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         (out,) = ours(x)
@@ -69,6 +63,31 @@ def test_hf_vit_outputs_match(hf_vit, source):
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=0)
 
 
+def test_hf_vit_other_img_size_resizes_the_table_once_with_pos_grid(hf_vit):
+    """A ViT built for 48-pixel images from a 32-pixel (4x4) checkpoint, run at 48x64:
+    with ``pos_grid`` = the checkpoint's grid the table goes 4x4 -> 6x8 in one step, as
+    HF's ``interpolate_pos_encoding``; without it, 4x4 -> 6x6 on load, then -> 6x8."""
+    hf, path = hf_vit
+    x = torch.randn(1, 3, 48, 64)
+    ref = _hf_map(hf, x, interpolate_pos_encoding=True)
+    outs = {}
+    for pos_grid in ((4, 4), None):
+        ours = _ours(img_size=48, pos_grid=pos_grid)
+        load_pretrained(ours, path, convert=convert_vit)
+        with torch.no_grad():
+            (outs[pos_grid],) = ours(x)
+    torch.testing.assert_close(outs[(4, 4)], ref, atol=1e-4, rtol=0)
+    assert (outs[None] - ref).abs().max() > 1e-3  # two resizes are not one
+
+
+def test_explicit_layer_norm_eps_wins_over_the_checkpoint(hf_vit, log_lines):
+    _, path = hf_vit
+    ours = _ours(layer_norm_eps=1e-5)
+    load_pretrained(ours, path, convert=convert_vit)
+    assert {m.eps for m in ours.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-5}
+    assert any('keeping layer_norm_eps=1e-05' in m and '1e-12' in m for _, m in log_lines)
+
+
 def _timm_state_dict(model):
     """densevit's ViT weights in timm's layout (bare ``pos_embed``, a classifier head)."""
     sd = dict(model.state_dict())
@@ -78,8 +97,7 @@ def _timm_state_dict(model):
 
 
 def test_timm_layout_other_grid_loads_resized(tmp_path, log_lines):
-    src = _ours(img_size=48)  # 6x6 grid
-    src.init_weights()
+    src = randomize_(_ours(img_size=48))  # 6x6 grid
     path = tmp_path / 'timm_vit.pth'
     torch.save(_timm_state_dict(src), path)
 
@@ -108,8 +126,7 @@ def test_init_cfg_pretrained_converts_hf_layout(hf_vit, log_lines):
 
 
 def test_deit_distillation_token_dropped_with_its_position_row():
-    src = _ours()
-    src.init_weights()
+    src = randomize_(_ours())
     sd = _timm_state_dict(src)
     table = sd['pos_embed']  # [1, 1 + 16, 32] -> DeiT's [1, 2 + 16, 32]: cls, dist, grid
     sd['pos_embed'] = torch.cat([table[:, :1], torch.randn(1, 1, 32), table[:, 1:]], dim=1)
@@ -169,3 +186,18 @@ def test_nested_checkpoint_and_weights_only(tmp_path):
     torch.save({'model': sd, 'args': argparse.Namespace(lr=1e-4)}, tmp_path / 'pickled.pth')
     with pytest.raises(Exception, match=r'^the global argparse\.Namespace: refusing to load .*pickled\.pth'):
         read_checkpoint(tmp_path / 'pickled.pth')
+
+
+def test_class_token_row_dropped_for_a_vit_without_class_token(tmp_path, log_lines):
+    """A timm file (class token, table [1, 1 + 4x4, D]) into a ViT with
+    ``with_cls_token=False`` built for another grid: token and row dropped, grid resized
+    (once 'cannot resize a table of 17 grid rows')."""
+    src = randomize_(_ours())
+    path = tmp_path / 'timm_vit.pth'
+    torch.save(_timm_state_dict(src), path)
+    dst = _ours(img_size=48, with_cls_token=False)
+    report = load_pretrained(dst, path, convert=convert_vit)
+    assert not (report.missing or report.unexpected or report.mismatched)
+    torch.testing.assert_close(dst.pos_embed.weight,
+                               src.pos_embed.table((6, 6))[:, 1:])
+    assert any('cls_token and its position row dropped' in m for _, m in log_lines)

@@ -210,13 +210,16 @@ def test_setr_recipe(path):
     cfg = load(path)
     model = cfg.model
     assert model.test_cfg == dict(mode='slide', crop_size=(512, 512), stride=(341, 341))
-    assert cfg.optim_wrapper.optimizer == dict(type='SGD', lr=0.001, momentum=0.9,
-                                               weight_decay=0.0)
+    lr = 0.01 if 'naive' in path.stem else 0.001  # as mmseg's zoo configs
+    assert cfg.optim_wrapper.optimizer == dict(type='SGD', lr=lr, momentum=0.9, weight_decay=0.0)
     assert cfg.optim_wrapper.paramwise_cfg.custom_keys == {'head': dict(lr_mult=10.)}
     assert cfg.param_scheduler[0].type == 'PolyLR' and cfg.train_cfg.max_iters == 160000
     assert model.backbone.arch == 'L' and model.backbone.img_size == 512
     assert model.data_preprocessor.size == (512, 512)
-    assert model.data_preprocessor.size_divisor == 16
+    # mmseg pads nothing at test time; windows at borders are padded inside the ViT
+    assert 'size_divisor' not in model.data_preprocessor and model.backbone.pad_to_patch
+    assert model.backbone.drop_rate == 0 and model.backbone.final_norm is False
+    assert model.backbone.layer_norm_eps == 1e-6 and model.backbone.interpolate_mode == 'bilinear'
     assert model.backbone.init_cfg.checkpoint == 'checkpoints/vit-large-p16_in21k-384.pth'
     assert cfg.train_dataloader.batch_size == 2 and cfg.val_dataloader.batch_size == 1
     aux_weights = [h.loss_decode.loss_weight for h in model.auxiliary_head]
@@ -224,10 +227,15 @@ def test_setr_recipe(path):
         assert tuple(model.backbone.out_indices) == (5, 11, 17, 23)
         assert model.backbone.with_cls_token is False and model.neck.type == 'MLANeck'
         assert model.decode_head.type == 'SETRMLAHead' and aux_weights == [0.4] * 4
+        assert [h.in_index for h in model.auxiliary_head] == [0, 1, 2, 3]
+        assert {(h.num_convs, h.norm_layer) for h in model.auxiliary_head} == {(0, None)}
     else:
         assert tuple(model.backbone.out_indices) == (9, 14, 19, 23)
         assert model.decode_head.in_index == 3 and aux_weights == [0.4] * 3
         assert [h.in_index for h in model.auxiliary_head] == [0, 1, 2]
+        kernel = 1 if 'naive' in path.stem else 3  # mmseg's ADE20K auxiliary heads
+        assert {(h.num_convs, h.up_scale, h.kernel_size) for h in model.auxiliary_head} == {
+            (2, 4, kernel)}
 
 
 @pytest.mark.parametrize('path', SEGFORMER + SETR + [SEG_QUICKSTART] + SEG_TRIALS,

@@ -1,7 +1,9 @@
 # SETR-MLA (Zheng et al. 2021) on ViT-L/16 (setr_vit-l16.py): layers 6, 12, 18, 24
 # (0-based 5, 11, 17, 23, no cls token) -> MLA neck (per level LayerNorm -> 1x1 conv to
 # 256, top-down cumulative sum, 3x3 conv) -> MLA head (per level two 3x3 convs to 128,
-# x4, concat to 512, classify); one auxiliary classifier per MLA level, loss weight 0.4.
+# x4, concat to 512, classify); one auxiliary classifier per MLA level, loss weight 0.4
+# (mmseg's FCNHead(num_convs=0): a bare 1x1 classifier). Levels run shallow to deep here;
+# mmseg's MLANeck returns them deepest first, which the checkpoint converter accounts for.
 _base_ = ['./setr_vit-l16.py']
 
 model = dict(

@@ -3,9 +3,12 @@
 Also the paper's hybrid (Sec. 3.1): a CNN stem's feature map is cut into
 patches (usually of size 1) instead of the image.
 """
+import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
+from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -37,6 +40,16 @@ _ARCH_ALIASES = {'ti': 'Ti', 'tiny': 'Ti', 's': 'S', 'small': 'S', 'b': 'B', 'ba
                  'l': 'L', 'large': 'L', 'h': 'H', 'huge': 'H'}
 
 
+def _has_class_row(rows, grid_hw):
+    """Whether a table of ``rows`` rows is a class-token row plus a grid: one more row
+    than this model's grid ``grid_hw``, or than a square grid (when ``rows`` is not
+    itself this model's grid or a square)."""
+    cells = grid_hw[0] * grid_hw[1]
+    if rows == cells or math.isqrt(rows) ** 2 == rows:
+        return False
+    return rows - 1 == cells or math.isqrt(rows - 1) ** 2 == rows - 1
+
+
 def _arch_setting(arch):
     if isinstance(arch, str):
         name = _ARCH_ALIASES.get(arch.lower())
@@ -63,7 +76,17 @@ class VisionTransformer(BaseModule):
         arch (str | dict): 'Ti', 'S', 'B', 'L', 'H', or a dict with
             ``embed_dims, num_layers, num_heads, feedforward_channels``.
         img_size (int | tuple[int, int]): image size the position table is made
-            for; other input sizes get the table resized (bicubic) each forward.
+            for (unless ``pos_grid`` says otherwise); other input sizes get the table
+            resized (``interpolate_mode``) each forward.
+        pos_grid (tuple[int, int], optional): patch grid (h0, w0) of the position
+            table, when it is not ``img_size / patch_size``. A pretrained table for
+            another grid is resized once on load to the model's grid and, for inputs
+            of yet another size, again at every forward (as timm and MMSegmentation
+            do); giving the checkpoint's own grid here (e.g. ``(24, 24)`` for a
+            384-pixel ViT/16) keeps its table as trained and resizes it straight to
+            each input's grid, as Hugging Face's ``interpolate_pos_encoding`` does.
+            A build option rather than a reshape on load: the optimizer and DDP are
+            set up before weights are loaded and must see the final shape.
         patch_size (int): P.
         in_channels (int): image channels.
         with_cls_token (bool): prepend a learned class token (dropped from the
@@ -76,6 +99,10 @@ class VisionTransformer(BaseModule):
         drop_path_rate (float): stochastic depth, rising linearly from 0 at the
             first layer to this value at the last.
         qkv_bias (bool): bias on the qkv projection.
+        layer_norm_eps (float, optional): epsilon of every LayerNorm (blocks and final
+            norm). None: 1e-6 (timm, MMSegmentation), or the value a loaded checkpoint's
+            origin implies (Hugging Face ViT: 1e-12; see :meth:`checkpoint_options`);
+            a number given here is kept whatever the checkpoint.
         final_norm (bool): LayerNorm on the last layer's output (pre-norm layers
             leave it un-normalised); returned when the last layer is an output.
         interpolate_mode (str): how learned position tables are resized.
@@ -95,6 +122,11 @@ class VisionTransformer(BaseModule):
             ``img_size`` stays the image size; strides multiply.
         with_cp (bool): gradient checkpointing of every block (recompute activations in
             the backward pass instead of storing them) to save memory in training.
+        pad_to_patch (bool): zero-pad the input (after the CNN stem, if any) at the
+            bottom / right to a multiple of the patch size, so that any size goes in;
+            the maps then cover the padded size (MMSegmentation's ViT does this,
+            ``patch_pad='corner'``: slide-inference windows at image borders need not
+            be whole patches). False: such an input is an error.
         frozen_stages (int): -1 trains everything; 0 freezes the stem (CNN stem,
             patch embedding, cls token, stem / shared position table); k > 0 also
             freezes layers ``0..k-1`` with their own position tables (and the
@@ -102,22 +134,26 @@ class VisionTransformer(BaseModule):
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
 
     Shapes:
-        x: [B, C, H, W] with H, W multiples of P -> tuple of [B, D, H/P, W/P],
-        one per ``out_indices`` entry, in that order.
+        x: [B, C, H, W] with H, W multiples of P (or any, with ``pad_to_patch``) ->
+        tuple of [B, D, ceil(H/P), ceil(W/P)], one per ``out_indices`` entry, in that order.
     """
 
     def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
                  with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
-                 drop_path_rate=0., qkv_bias=True, final_norm=True,
+                 drop_path_rate=0., qkv_bias=True, layer_norm_eps=None, final_norm=True,
                  interpolate_mode='bicubic', pos_embed=DEFAULT,
-                 stem=None, frozen_stages=-1, with_cp=False, init_cfg=None):
+                 stem=None, pos_grid=None, pad_to_patch=False, frozen_stages=-1, with_cp=False,
+                 init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         pos_embed = resolve_default(pos_embed, dict(type='learned_1d', placement='stem'))
         self.with_cp = with_cp
+        self.pad_to_patch = pad_to_patch
         setting = _arch_setting(arch)
         self.embed_dims = D = setting['embed_dims']
         self.num_layers = setting['num_layers']
         self.patch_size = patch_size
+        self.layer_norm_eps_given = layer_norm_eps is not None
+        eps = 1e-6 if layer_norm_eps is None else layer_norm_eps
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
 
         stem_stride = 1
@@ -134,7 +170,8 @@ class VisionTransformer(BaseModule):
         if self.pos_embed_type == 'sine_2d':
             raise ValueError("pos_embed 'sine_2d' encodes a padding mask for DETR's transformer; "
                              "for ViT tokens use 'sincos_2d'")
-        self.pos_embed = self._build_pos_embed(pos_embed, grid_hw, setting['num_heads'],
+        table_hw = grid_hw if pos_grid is None else tuple(pos_grid)
+        self.pos_embed = self._build_pos_embed(pos_embed, table_hw, setting['num_heads'],
                                                interpolate_mode)
         self.pos_drop = nn.Dropout(drop_rate)
 
@@ -143,9 +180,9 @@ class VisionTransformer(BaseModule):
         self.blocks = nn.ModuleList(
             TransformerEncoderLayer(D, setting['num_heads'], setting['feedforward_channels'],
                                     drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
-                                    drop_path_rate=dpr[i], qkv_bias=qkv_bias)
+                                    drop_path_rate=dpr[i], qkv_bias=qkv_bias, norm_eps=eps)
             for i in range(self.num_layers))
-        self.norm = nn.LayerNorm(D, eps=1e-6) if final_norm else None
+        self.norm = nn.LayerNorm(D, eps=eps) if final_norm else None
 
         if isinstance(out_indices, int):
             out_indices = [out_indices]
@@ -225,6 +262,26 @@ class VisionTransformer(BaseModule):
                 nn.init.trunc_normal_(self.cls_token, std=.02)
         super().init_weights()
 
+    def checkpoint_options(self, layer_norm_eps=None):
+        """Options implied by a checkpoint's origin (``Layout.options``), set before loading.
+
+        Args:
+            layer_norm_eps (float, optional): the origin's LayerNorm epsilon (HF ViT
+                1e-12, timm / MMSegmentation 1e-6); ignored, with an INFO line when it
+                differs, if the config gave ``layer_norm_eps`` explicitly.
+        """
+        if layer_norm_eps is None:
+            return
+        norms = [m for m in self.modules() if isinstance(m, nn.LayerNorm)]
+        current = norms[0].eps if norms else layer_norm_eps
+        if self.layer_norm_eps_given:
+            if current != layer_norm_eps:
+                print_log(f'VisionTransformer: keeping layer_norm_eps={current} from the config; '
+                          f'the checkpoint was made with {layer_norm_eps}', logger='current')
+            return
+        for m in norms:
+            m.eps = layer_norm_eps
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # timm stores the table as a bare ``pos_embed`` parameter; ours lives in
         # a module (``pos_embed.weight``) so other PE types can replace it.
@@ -233,7 +290,26 @@ class VisionTransformer(BaseModule):
         if isinstance(self.pos_embed, LearnedPositionEmbedding) and bare in state_dict \
                 and ours not in state_dict:
             state_dict[ours] = state_dict.pop(bare)
+        if self.cls_token is None and prefix + 'cls_token' in state_dict:
+            self._drop_class_token(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _drop_class_token(self, state_dict, prefix):
+        """A checkpoint with a class token loaded into a ViT without one.
+
+        timm files, and MMSegmentation's ViT even with ``with_cls_token=False``, have
+        ``cls_token`` and its row first in ``pos_embed`` [1, 1 + h*w, D]; the row only
+        ever reaches the class token, so the patch tokens are the same without both.
+        """
+        state_dict.pop(prefix + 'cls_token')
+        key = prefix + 'pos_embed.weight'
+        table = state_dict.get(key)
+        if isinstance(self.pos_embed, LearnedPositionEmbedding) and table is not None \
+                and table.dim() == 3 \
+                and _has_class_row(table.shape[1], self.pos_embed.num_patches_hw):
+            state_dict[key] = table[:, 1:]
+            print_log(f'{prefix}cls_token and its position row dropped: this ViT has no class '
+                      f'token (with_cls_token=False)', logger='current')
 
     def _layer_position(self, i, hw, shared):
         """What layer i gets: (table to add [1, N, D] or None, attn bias [1, h, N, N] or None)."""
@@ -250,6 +326,8 @@ class VisionTransformer(BaseModule):
         B = x.shape[0]
         if self.stem is not None:
             x = self.stem(x)[-1]  # hybrid: patches of the CNN's feature map
+        if self.pad_to_patch:
+            x = F.pad(x, (0, -x.shape[-1] % self.patch_size, 0, -x.shape[-2] % self.patch_size))
         x, (h, w) = self.patch_embed(x)  # [B, h*w, D]
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)

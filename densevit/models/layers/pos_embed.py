@@ -113,9 +113,12 @@ class LearnedPositionEmbedding(nn.Module):
         table = state_dict.get(key)
         if table is not None and table.dim() == 3 and table.shape != self.weight.shape:
             if table.shape[2] == self.weight.shape[2]:
-                side = square_grid_side(table.shape[1] - self.num_extra_tokens, key)
+                rows, extra = table.shape[1], self.num_extra_tokens
+                side = square_grid_side(rows - extra, f'{key} ({rows} rows in the checkpoint, '
+                                                      f'{extra} for extra tokens here)')
                 print_log(f'Resizing {key} from {side}x{side} to '
-                          f'{self.num_patches_hw[0]}x{self.num_patches_hw[1]} on load',
+                          f'{self.num_patches_hw[0]}x{self.num_patches_hw[1]} on load (a ViT '
+                          f'built with pos_grid=({side}, {side}) keeps the table as trained)',
                           logger='current')
                 state_dict[key] = resize_pos_embed(table, (side, side), self.num_patches_hw,
                                                    self.num_extra_tokens, self.interpolate_mode)
