@@ -10,45 +10,15 @@ from densevit.checkpoint.load import load_pretrained, read_checkpoint
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 
-from random_init import randomize_
+from hf_references import DETR_SIZES, tiny_hf_detr
 
-D, HEADS, FFN, QUERIES, CLASSES = 32, 2, 64, 5, 3
-
-
-def _spread(detr, seed=1):
-    """What randomize_ leaves too uniform for a test of the queries: HF's frozen BN keeps
-    its scale as a buffer (drawn at 0.2, so the feature maps fade to the BN shifts), made
-    1 + 0.2 N(0, 1) like any norm weight; the query embeddings and the cross-attention
-    q / k projections come from N(0, 1) so queries attend to different places. Otherwise
-    every query predicts nearly the same logits and a swap of query rows would go unseen."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in detr.backbone.modules():
-            if 'FrozenBatchNorm' in type(m).__name__:
-                m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
-        weights = [detr.query_position_embeddings.weight]
-        for layer in detr.decoder.layers:
-            weights += [layer.encoder_attn.q_proj.weight, layer.encoder_attn.k_proj.weight]
-        for w in weights:
-            w.copy_(torch.randn(w.shape, generator=g))
+D, HEADS, FFN, QUERIES, CLASSES, LAYERS = (DETR_SIZES[k] for k in (
+    'd_model', 'heads', 'ffn', 'queries', 'classes', 'layers'))
 
 
 @pytest.fixture(scope='module')
 def hf_detr(tmp_path_factory):
-    transformers = pytest.importorskip('transformers')
-    backbone = transformers.ResNetConfig(
-        embedding_size=8, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1],
-        layer_type='bottleneck', out_features=['stage4'])
-    cfg = transformers.DetrConfig(
-        use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
-        d_model=D, encoder_layers=2, decoder_layers=2, encoder_attention_heads=HEADS,
-        decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
-        num_queries=QUERIES, num_labels=CLASSES, dropout=0., attention_dropout=0.,
-        activation_dropout=0., auxiliary_loss=False)
-    # every tensor random (HF zero-initialises biases, sets its frozen BN to identity and
-    # LayerNorms to 1 / 0), so any mis-mapped tensor shows in the outputs
-    model = randomize_(transformers.DetrForObjectDetection(cfg)).eval()
-    _spread(model.model)
+    model = tiny_hf_detr()
     path = tmp_path_factory.mktemp('hf_detr')
     model.save_pretrained(path)  # the Hub file layout (backbone.conv_encoder, out_proj, fc1 ...)
     return model, path / 'model.safetensors'
@@ -60,8 +30,8 @@ def _ours():
         backbone=dict(type='ResNet', depth=50, base_channels=8, stage_blocks=(1, 1, 1, 1),
                       out_indices=(3,), norm_cfg=dict(type='FrozenBN')),
         bbox_head=dict(type='DETRHead', num_classes=CLASSES, embed_dims=D, num_queries=QUERIES,
-                       transformer=dict(num_heads=HEADS, num_encoder_layers=2,
-                                        num_decoder_layers=2, feedforward_channels=FFN,
+                       transformer=dict(num_heads=HEADS, num_encoder_layers=LAYERS,
+                                        num_decoder_layers=LAYERS, feedforward_channels=FFN,
                                         dropout=0.)))
     with DefaultScope.overwrite_default_scope('densevit'):
         return MODELS.build(cfg).eval()

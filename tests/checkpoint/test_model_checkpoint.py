@@ -19,12 +19,13 @@ from densevit.checkpoint.model import describe_meta
 from densevit.checkpoint.safe_load import CorruptCheckpointError
 from densevit.structures import DataSample
 
-from random_init import randomize_
+from hf_references import DETR_SIZES, tiny_hf_detr
 from tiny_checkpoints import trained_checkpoint
 from tiny_run import isolated, load_tool
 
 REPO = Path(__file__).resolve().parents[2]
-D, HEADS, FFN, QUERIES, CLASSES = 32, 2, 64, 5, 3
+D, HEADS, FFN, QUERIES, CLASSES, LAYERS = (DETR_SIZES[k] for k in (
+    'd_model', 'heads', 'ffn', 'queries', 'classes', 'layers'))
 
 CONFIG = f"""
 default_scope = 'densevit'
@@ -34,25 +35,15 @@ model = dict(
                   out_indices=(3,), norm_cfg=dict(type='FrozenBN')),
     bbox_head=dict(type='DETRHead', num_classes={CLASSES}, embed_dims={D},
                    num_queries={QUERIES},
-                   transformer=dict(num_heads={HEADS}, num_encoder_layers=1,
-                                    num_decoder_layers=1, feedforward_channels={FFN},
+                   transformer=dict(num_heads={HEADS}, num_encoder_layers={LAYERS},
+                                    num_decoder_layers={LAYERS}, feedforward_channels={FFN},
                                     dropout=0.)))
 """
 
 
 @pytest.fixture(scope='module')
 def hf_detr(tmp_path_factory):
-    transformers = pytest.importorskip('transformers')
-    backbone = transformers.ResNetConfig(
-        embedding_size=8, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1],
-        layer_type='bottleneck', out_features=['stage4'])
-    cfg = transformers.DetrConfig(
-        use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
-        d_model=D, encoder_layers=1, decoder_layers=1, encoder_attention_heads=HEADS,
-        decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
-        num_queries=QUERIES, num_labels=CLASSES, dropout=0., attention_dropout=0.,
-        activation_dropout=0., auxiliary_loss=False)
-    model = randomize_(transformers.DetrForObjectDetection(cfg), seed=3).eval()
+    model = tiny_hf_detr(seed=3)
     root = tmp_path_factory.mktemp('hf_detr_model')
     model.save_pretrained(root)
     (root / 'detr.py').write_text(CONFIG)

@@ -1,0 +1,45 @@
+"""Tiny Hugging Face reference models with every saved tensor random, shared by the
+converter tests (transformers is the reference implementation)."""
+import pytest
+import torch
+
+from random_init import randomize_
+
+# the tiny DETR's sizes; densevit configs built to match use the same
+DETR_SIZES = dict(d_model=32, heads=2, ffn=64, queries=5, classes=3, layers=2)
+
+
+def _spread(detr, seed):
+    """What randomize_ leaves too uniform for a test of the queries: the query embeddings
+    and the cross-attention q / k projections come from N(0, 1), so queries attend to
+    different places. Otherwise every query predicts nearly the same logits and a swap
+    of query rows would go unseen."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        weights = [detr.query_position_embeddings.weight]
+        for layer in detr.decoder.layers:
+            weights += [layer.encoder_attn.q_proj.weight, layer.encoder_attn.k_proj.weight]
+        for w in weights:
+            w.copy_(torch.randn(w.shape, generator=g))
+
+
+def tiny_hf_detr(seed=0):
+    """``DetrForObjectDetection`` (HF ResNet-50 layout with one block per stage, the sizes
+    of :data:`DETR_SIZES`), every tensor random, in eval mode. Skips without transformers."""
+    transformers = pytest.importorskip('transformers')
+    s = DETR_SIZES
+    backbone = transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1],
+        layer_type='bottleneck', out_features=['stage4'])
+    cfg = transformers.DetrConfig(
+        use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
+        d_model=s['d_model'], encoder_layers=s['layers'], decoder_layers=s['layers'],
+        encoder_attention_heads=s['heads'], decoder_attention_heads=s['heads'],
+        encoder_ffn_dim=s['ffn'], decoder_ffn_dim=s['ffn'], num_queries=s['queries'],
+        num_labels=s['classes'], dropout=0., attention_dropout=0., activation_dropout=0.,
+        auxiliary_loss=False)
+    # every tensor random (HF zero-initialises biases, sets its frozen BN to identity and
+    # LayerNorms to 1 / 0), so any mis-mapped tensor shows in the outputs
+    model = randomize_(transformers.DetrForObjectDetection(cfg), seed=seed).eval()
+    _spread(model.model, seed + 1)
+    return model
