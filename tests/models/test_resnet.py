@@ -18,6 +18,8 @@ from densevit.models.backbones.resnet import ResNet
 from densevit.models.layers.frozen_bn import FrozenBatchNorm2d
 from densevit.registry import MODELS
 
+from random_init import randomize_
+
 
 @pytest.mark.parametrize('depth,count', [(18, 11_176_512), (50, 23_508_032), (101, 42_500_160)])
 def test_param_counts_match_torchvision_without_fc(depth, count):
@@ -44,16 +46,6 @@ def test_torchvision_key_layout_and_checkpoint_extras():
     short.load_state_dict(sd)
 
 
-def _randomize_bn(model):
-    torch.manual_seed(1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-1, 1)
-            m.running_var.uniform_(0.5, 2)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.uniform_(-0.5, 0.5)
-
-
 @pytest.mark.parametrize('layer_type,hidden', [('bottleneck', [32, 64, 128, 256]),
                                                ('basic', [8, 16, 32, 64])])
 def test_equals_hf_resnet(layer_type, hidden):
@@ -62,7 +54,7 @@ def test_equals_hf_resnet(layer_type, hidden):
     cfg = transformers.ResNetConfig(embedding_size=8, hidden_sizes=hidden, depths=[1, 2, 1, 1],
                                     layer_type=layer_type)
     hf = transformers.ResNetModel(cfg).eval()
-    _randomize_bn(hf)
+    randomize_(hf, seed=1)
     ours = ResNet(**resnet_kwargs_from_hf_config(cfg), out_indices=(0, 1, 2, 3),
                   norm_cfg=dict(type='BN')).eval()
     ours.load_state_dict(convert_hf_resnet(hf.state_dict()))  # strict
@@ -83,7 +75,7 @@ def test_equals_hf_resnet(layer_type, hidden):
 def test_frozen_bn_equals_batchnorm_in_eval():
     torch.manual_seed(0)
     bn = nn.BatchNorm2d(5).eval()
-    _randomize_bn(bn)
+    randomize_(bn, seed=1)
     frozen = build_norm_layer(dict(type='FrozenBN'), 5)[1]
     assert isinstance(frozen, FrozenBatchNorm2d) and not list(frozen.parameters())
     frozen.load_state_dict(bn.state_dict())
@@ -147,7 +139,7 @@ def test_init_cfg_pretrained_loads_torchvision_and_hf_layouts(tmp_path):
     cfg = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[32, 64, 128, 256],
                                     depths=[1, 1, 1, 1])
     hf = transformers.ResNetModel(cfg).eval()
-    _randomize_bn(hf)
+    randomize_(hf, seed=1)
     torch.save(hf.state_dict(), tmp_path / 'hf.pth')
     kwargs = dict(resnet_kwargs_from_hf_config(cfg), out_indices=(3,))
     from_hf = ResNet(**kwargs,
