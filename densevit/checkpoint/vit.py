@@ -70,6 +70,8 @@ Layouts recognised from the keys:
 Position tables made for another grid are resized when loaded (see
 ``LearnedPositionEmbedding`` in ``densevit/models/layers/pos_embed.py``).
 """
+import math
+
 from mmengine.logging import print_log
 
 from .layout import Layout, convert_state_dict
@@ -184,3 +186,27 @@ def convert_vit(state_dict, strict=False):
         ValueError: the keys match no ViT layout (the first keys are listed).
     """
     return convert_state_dict(state_dict, [TIMM, HF, MMSEG], 'ViT', strict)
+
+
+def checkpoint_grid(path, prefix=None):
+    """The patch grid (h, w) of a ViT checkpoint's position table (square tables only).
+
+    Reads the file (safely), converts its layout and takes ``pos_embed.weight``
+    ([1, extra + h*w, D]) less the class / distillation token rows.
+
+    Raises:
+        ValueError: no position table, or one whose grid is not square (give
+            ``pos_grid=(h, w)`` instead).
+    """
+    from .load import read_checkpoint, select_prefix
+    state_dict = convert_vit(select_prefix(read_checkpoint(path), prefix))
+    table = state_dict.get('pos_embed.weight')
+    if table is None:
+        raise ValueError(f'{path}: no position table (pos_embed) to take pos_grid from')
+    rows = table.shape[1]
+    extra = 1 if 'cls_token' in state_dict else 0
+    side = math.isqrt(rows - extra)
+    if side * side != rows - extra:
+        raise ValueError(f'{path}: a position table of {rows} rows is not a square grid; '
+                         f'give pos_grid=(h, w)')
+    return side, side

@@ -78,6 +78,16 @@ def test_hf_vit_other_img_size_resizes_the_table_once_with_pos_grid(hf_vit):
             (outs[pos_grid],) = ours(x)
     torch.testing.assert_close(outs[(4, 4)], ref, atol=1e-4, rtol=0)
     assert (outs[None] - ref).abs().max() > 1e-3  # two resizes are not one
+    # 'checkpoint': the grid read from the Pretrained file itself
+    ours = _ours(img_size=48, pos_grid='checkpoint',
+                 init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    assert ours.pos_embed.weight.shape[1] == 1 + 4 * 4
+    ours.init_weights()
+    with torch.no_grad():
+        (out,) = ours(x)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="pos_grid='checkpoint' needs init_cfg"):
+        _ours(pos_grid='checkpoint')
 
 
 def test_explicit_layer_norm_eps_wins_over_the_checkpoint(hf_vit, log_lines):

@@ -13,8 +13,8 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from densevit.checkpoint.load import loads_pretrained
-from densevit.checkpoint.vit import convert_vit
+from densevit.checkpoint.load import loads_pretrained, split_pretrained
+from densevit.checkpoint.vit import checkpoint_grid, convert_vit
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
 from densevit.models.layers.pos_embed_builder import (
@@ -64,6 +64,15 @@ def _arch_setting(arch):
     return dict(arch)
 
 
+def _pretrained_grid(init_cfg):
+    """``pos_grid='checkpoint'``: the grid of the Pretrained file's position table."""
+    pretrained, _ = split_pretrained(init_cfg)
+    if pretrained is None:
+        raise ValueError("pos_grid='checkpoint' needs init_cfg=dict(type='Pretrained', "
+                         "checkpoint=...) to read the grid from")
+    return checkpoint_grid(pretrained['checkpoint'], pretrained.get('prefix'))
+
+
 @MODELS.register_module()
 class VisionTransformer(BaseModule):
     """ViT encoder returning the patch tokens of chosen layers as feature maps.
@@ -85,8 +94,10 @@ class VisionTransformer(BaseModule):
             do); giving the checkpoint's own grid here (e.g. ``(24, 24)`` for a
             384-pixel ViT/16) keeps its table as trained and resizes it straight to
             each input's grid, as Hugging Face's ``interpolate_pos_encoding`` does.
-            A build option rather than a reshape on load: the optimizer and DDP are
-            set up before weights are loaded and must see the final shape.
+            ``'checkpoint'`` reads that grid from the ``init_cfg`` Pretrained file
+            (square tables). A build option rather than a reshape on load: the
+            optimizer and DDP are set up before weights are loaded and must see the
+            final shape.
         patch_size (int): P.
         in_channels (int): image channels.
         with_cls_token (bool): prepend a learned class token (dropped from the
@@ -170,6 +181,8 @@ class VisionTransformer(BaseModule):
         if self.pos_embed_type == 'sine_2d':
             raise ValueError("pos_embed 'sine_2d' encodes a padding mask for DETR's transformer; "
                              "for ViT tokens use 'sincos_2d'")
+        if pos_grid == 'checkpoint':
+            pos_grid = _pretrained_grid(init_cfg)
         table_hw = grid_hw if pos_grid is None else tuple(pos_grid)
         self.pos_embed = self._build_pos_embed(pos_embed, table_hw, setting['num_heads'],
                                                interpolate_mode)
