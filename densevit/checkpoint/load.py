@@ -192,9 +192,8 @@ def load_state_dict_loudly(module, state_dict, source, convert=None, expected_mi
     where = _structure_mismatch(module, own, missing, unexpected)
     if where is not None:
         path, child, want, have = where
-        raise ValueError(
-            f'{source} does not fit this model: it is '
-            f'{f"a {origin} checkpoint" if origin else "a checkpoint"}, but the config builds '
+        raise CheckpointMismatchError(
+            f'{source} does not fit this model: it is {what}, but the config builds '
             f'{_describe(module)}, whose {path} is a {type(child).__name__} with tensors {want}; '
             f'the file has {have} there instead. Use a config for the checkpoint\'s '
             f'architecture.')
