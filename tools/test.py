@@ -48,7 +48,11 @@ def main(argv=None):
     if args.show_dir:
         vis = cfg.default_hooks.visualization
         vis.draw, vis.test_out_dir, vis.score_thr = True, args.show_dir, args.score_thr
-    cfg = setup_launcher(cfg, args.launcher)
+    try:
+        cfg = setup_launcher(cfg, args.launcher)
+    except ValueError as e:  # a timeout that is not a positive number of seconds
+        print(f'densevit: {e}', file=sys.stderr)
+        return 1
     # only the test split is read; the checkpoint is checked as load_from
     problems = misspelt_keys(cfg) + missing_inputs(cfg, loaders=('test_dataloader',),
                                                    pretrained=False)

@@ -17,6 +17,7 @@ from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
 from densevit.engine.checkpoint_hook import CheckpointSaveError
+from densevit.engine.dist_faults import PeerFailureError
 from densevit.engine.launch import setup_launcher, shutdown_distributed
 from densevit.engine.preflight import missing_inputs, misspelt_keys
 from densevit.engine.runner import Runner
@@ -127,6 +128,9 @@ def main(argv=None):
     try:
         Runner.from_cfg(cfg).train()
     except (*CHECKPOINT_ERRORS, CheckpointSaveError) as e:  # load_from / resume / a save
+        print(f'densevit: {e}', file=sys.stderr)
+        return 1
+    except PeerFailureError as e:  # no closing barrier: the peer will never reach it
         print(f'densevit: {e}', file=sys.stderr)
         return 1
     shutdown_distributed()

@@ -5,13 +5,18 @@ model in DDP with ``device_ids=[LOCAL_RANK]``; both fail on a CPU build. Startin
 process group with gloo first (mmengine then skips its own init) and wrapping with
 ``CPUDistributedDataParallel`` (``device_ids=None``, SyncBN layers synchronised over
 gloo) runs the same code on CPU processes. With GPUs mmengine initialises NCCL itself.
+
+A collective waits at most ``DENSEVIT_DIST_TIMEOUT`` / ``env_cfg.dist_cfg.timeout``
+seconds (default 2 minutes with gloo) for the other ranks; see ``dist_faults.py``.
 """
+import datetime
 import os
 
 import torch
 import torch.distributed as dist
 
 import densevit.registry  # noqa: F401  (the 'densevit' scope the wrapper type names)
+from densevit.engine.dist_faults import GLOO_TIMEOUT_S, collective_timeout
 
 
 def setup_launcher(cfg, launcher):
@@ -21,6 +26,10 @@ def setup_launcher(cfg, launcher):
         cfg.env_cfg.dist_cfg.backend = 'gloo'  # NCCL needs CUDA
     if launcher == 'none':
         return cfg
+    timeout = collective_timeout(cfg, default=None if torch.cuda.is_available() else GLOO_TIMEOUT_S)
+    if timeout is not None:  # mmengine passes dist_cfg to init_process_group (NCCL) in seconds
+        cfg.env_cfg = dict(cfg.get('env_cfg') or {})
+        cfg.env_cfg['dist_cfg'] = dict(cfg.env_cfg.get('dist_cfg') or {}, timeout=timeout)
     if launcher == 'slurm' and 'RANK' not in os.environ:
         # srun gives SLURM_* variables; torch.distributed reads RANK / WORLD_SIZE / MASTER_*
         os.environ.setdefault('RANK', os.environ.get('SLURM_PROCID', '0'))
@@ -33,7 +42,7 @@ def setup_launcher(cfg, launcher):
         return cfg
     if not dist.is_initialized():
         os.environ.setdefault('MASTER_ADDR', '127.0.0.1')
-        dist.init_process_group(backend='gloo')
+        dist.init_process_group(backend='gloo', timeout=datetime.timedelta(seconds=timeout))
     wrapper = dict(cfg.get('model_wrapper_cfg') or {})
     if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
         # densevit/engine/sync_bn.py. Scoped name: Runner.wrap_model looks the type up with

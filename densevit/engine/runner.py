@@ -101,8 +101,13 @@ class Runner(MMEngineRunner):
 
     def train(self):
         """mmengine's ``train``; a ``FloatingPointError`` from inside the model (a
-        detector's matcher meeting NaN predictions) names the iteration."""
+        detector's matcher meeting NaN predictions) names the iteration. Distributed, a
+        peer that died or hangs raises ``PeerFailureError`` (``engine/dist_faults.py``)."""
+        import signal
+
+        from densevit.engine.dist_faults import explain_peer_failure, note_sigterm
         from densevit.engine.nonfinite_loss_hook import NonFiniteLossError
+        previous = note_sigterm(self.work_dir) if self._distributed else None
         try:
             return super().train()
         except NonFiniteLossError:
@@ -110,6 +115,15 @@ class Runner(MMEngineRunner):
         except FloatingPointError as e:
             raise NonFiniteLossError(f'Training stopped at iteration {self.iter + 1} (epoch '
                                      f'{self.epoch + 1}): {e}') from e
+        except RuntimeError as e:
+            timeout = (self.cfg.get('env_cfg') or {}).get('dist_cfg', {}).get('timeout')
+            failure = explain_peer_failure(e, self.iter + 1, self.work_dir, timeout)
+            if failure is None:
+                raise
+            raise failure from e
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     strict_load = True  # for test() / val(); training's load_from reports instead
     _evaluating = False
