@@ -19,6 +19,7 @@ from mmengine.dataset import BaseDataset
 from mmengine.logging import print_log
 from pycocotools.coco import COCO
 
+from densevit.datasets.unreadable import SkipUnreadableMixin
 from densevit.registry import DATASETS
 from densevit.utils.defaults import DEFAULT, resolve_default
 
@@ -78,7 +79,7 @@ def load_coco_json(ann_file):
 
 
 @DATASETS.register_module()
-class CocoDataset(BaseDataset):
+class CocoDataset(SkipUnreadableMixin, BaseDataset):
     """COCO-format detection data set.
 
     Args:
@@ -91,6 +92,9 @@ class CocoDataset(BaseDataset):
             shorter side is below ``min_size`` pixels. None keeps every image.
         metainfo (dict, optional): ``dict(classes=(...))`` keeps only these categories
             (by name); labels still follow ascending category id.
+        skip_unreadable (bool): in training, replace a missing or undecodable image by
+            another and log a count per epoch (:mod:`densevit.datasets.unreadable`);
+            default False: such an image stops training with an error naming it.
         **kwargs: the rest of ``mmengine.dataset.BaseDataset`` (pipeline, test_mode,
             lazy_init, indices, serialize_data, max_refetch).
 
