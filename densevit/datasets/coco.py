@@ -78,6 +78,20 @@ def load_coco_json(ann_file):
     return coco
 
 
+def clip_coco_box(bbox, width, height):
+    """COCO ``[x, y, w, h]`` -> ``[x1, y1, x2, y2]`` clipped to a ``width`` x ``height``
+    image, or None when nothing is left (zero or negative width or height).
+
+    The one rule for which boxes exist: CocoDataset drops the None boxes from
+    training and evaluation data, and CocoMetric drops them from the ground truth it
+    scores against, so both count the same boxes.
+    """
+    x, y, bw, bh = map(float, bbox)
+    box = [min(max(x, 0.), width), min(max(y, 0.), height),
+           min(max(x + bw, 0.), width), min(max(y + bh, 0.), height)]
+    return None if box[2] <= box[0] or box[3] <= box[1] else box
+
+
 @DATASETS.register_module()
 class CocoDataset(SkipUnreadableMixin, BaseDataset):
     """COCO-format detection data set.
@@ -138,12 +152,11 @@ class CocoDataset(SkipUnreadableMixin, BaseDataset):
             for ann in coco.imgToAnns.get(img_id, []):
                 if ann['category_id'] not in self.cat2label:
                     continue  # a category left out by metainfo['classes']
-                x, y, bw, bh = map(float, ann['bbox'])
-                box = [min(max(x, 0.), w), min(max(y, 0.), h),
-                       min(max(x + bw, 0.), w), min(max(y + bh, 0.), h)]
-                if box[2] <= box[0] or box[3] <= box[1]:
+                box = clip_coco_box(ann['bbox'], w, h)
+                if box is None:
                     dropped += 1
                     continue
+                x, y, bw, bh = map(float, ann['bbox'])
                 clipped += box != [x, y, x + bw, y + bh]
                 ignore = ann.get('iscrowd', 0) or ann.get('ignore', False)
                 instances.append(dict(bbox=box, bbox_label=self.cat2label[ann['category_id']],
