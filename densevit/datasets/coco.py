@@ -145,6 +145,7 @@ class CocoDataset(SkipUnreadableMixin, BaseDataset):
         if not coco.imgs:
             raise ValueError(f'{self.ann_file} has no images')
         data_list, clipped, dropped = [], 0, 0
+        self.box_problems = []  # (file name, what): read by tools/dataset/check.py
         for img_id in sorted(coco.imgs):
             img = coco.imgs[img_id]
             w, h = img['width'], img['height']
@@ -153,11 +154,16 @@ class CocoDataset(SkipUnreadableMixin, BaseDataset):
                 if ann['category_id'] not in self.cat2label:
                     continue  # a category left out by metainfo['classes']
                 box = clip_coco_box(ann['bbox'], w, h)
+                x, y, bw, bh = map(float, ann['bbox'])
+                if box is None or box != [x, y, x + bw, y + bh]:
+                    self.box_problems.append((img['file_name'], (
+                        f'annotation {ann["id"]}: box {ann["bbox"]} '
+                        + ('has zero or negative width/height inside the image (dropped)'
+                           if box is None else f'extends past the {w}x{h} image (clipped)'))))
                 if box is None:
                     dropped += 1
                     continue
-                x, y, bw, bh = map(float, ann['bbox'])
-                clipped += box != [x, y, x + bw, y + bh]
+                clipped += 1 if box != [x, y, x + bw, y + bh] else 0
                 ignore = ann.get('iscrowd', 0) or ann.get('ignore', False)
                 instances.append(dict(bbox=box, bbox_label=self.cat2label[ann['category_id']],
                                       ignore_flag=int(bool(ignore))))
