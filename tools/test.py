@@ -10,6 +10,7 @@ from mmengine.evaluator import DumpResults
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
+from densevit.datasets.transforms.loading import IMAGE_ERRORS, UNREADABLE_HINT, image_error_line
 from densevit.engine.launch import setup_launcher, shutdown_distributed
 from densevit.engine.preflight import missing_inputs, misspelt_keys
 from densevit.engine.runner import Runner
@@ -70,6 +71,9 @@ def main(argv=None):
         runner.test()
     except CHECKPOINT_ERRORS as e:
         print(f'densevit: {e}', file=sys.stderr)
+        return 1
+    except IMAGE_ERRORS as e:  # also from a DataLoader worker: one line, not its traceback
+        print(f'densevit: {image_error_line(e)}. {UNREADABLE_HINT}', file=sys.stderr)
         return 1
     shutdown_distributed()
     if args.show_dir:

@@ -15,6 +15,7 @@ from mmengine.config import Config, DictAction
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
+from densevit.datasets.transforms.loading import IMAGE_ERRORS, UNREADABLE_HINT, image_error_line
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
 from densevit.engine.checkpoint_hook import CheckpointSaveError
 from densevit.engine.dist_faults import PeerFailureError
@@ -132,6 +133,9 @@ def main(argv=None):
         return 1
     except PeerFailureError as e:  # no closing barrier: the peer will never reach it
         print(f'densevit: {e}', file=sys.stderr)
+        return 1
+    except IMAGE_ERRORS as e:  # also from a DataLoader worker: one line, not its traceback
+        print(f'densevit: {image_error_line(e)}. {UNREADABLE_HINT}', file=sys.stderr)
         return 1
     shutdown_distributed()
     return 0

@@ -19,6 +19,7 @@ from mmengine.dataset import BaseDataset
 from mmengine.logging import print_log
 from pycocotools.coco import COCO
 
+from densevit.datasets.unreadable import SkipUnreadableMixin
 from densevit.registry import DATASETS
 from densevit.utils.defaults import DEFAULT, resolve_default
 
@@ -77,8 +78,22 @@ def load_coco_json(ann_file):
     return coco
 
 
+def clip_coco_box(bbox, width, height):
+    """COCO ``[x, y, w, h]`` -> ``[x1, y1, x2, y2]`` clipped to a ``width`` x ``height``
+    image, or None when nothing is left (zero or negative width or height).
+
+    The one rule for which boxes exist: CocoDataset drops the None boxes from
+    training and evaluation data, and CocoMetric drops them from the ground truth it
+    scores against, so both count the same boxes.
+    """
+    x, y, bw, bh = map(float, bbox)
+    box = [min(max(x, 0.), width), min(max(y, 0.), height),
+           min(max(x + bw, 0.), width), min(max(y + bh, 0.), height)]
+    return None if box[2] <= box[0] or box[3] <= box[1] else box
+
+
 @DATASETS.register_module()
-class CocoDataset(BaseDataset):
+class CocoDataset(SkipUnreadableMixin, BaseDataset):
     """COCO-format detection data set.
 
     Args:
@@ -91,6 +106,9 @@ class CocoDataset(BaseDataset):
             shorter side is below ``min_size`` pixels. None keeps every image.
         metainfo (dict, optional): ``dict(classes=(...))`` keeps only these categories
             (by name); labels still follow ascending category id.
+        skip_unreadable (bool): in training, replace a missing or undecodable image by
+            another and log a count per epoch (:mod:`densevit.datasets.unreadable`);
+            default False: such an image stops training with an error naming it.
         **kwargs: the rest of ``mmengine.dataset.BaseDataset`` (pipeline, test_mode,
             lazy_init, indices, serialize_data, max_refetch).
 
@@ -127,6 +145,7 @@ class CocoDataset(BaseDataset):
         if not coco.imgs:
             raise ValueError(f'{self.ann_file} has no images')
         data_list, clipped, dropped = [], 0, 0
+        self.box_problems = []  # (file name, what): read by tools/dataset/check.py
         for img_id in sorted(coco.imgs):
             img = coco.imgs[img_id]
             w, h = img['width'], img['height']
@@ -134,13 +153,17 @@ class CocoDataset(BaseDataset):
             for ann in coco.imgToAnns.get(img_id, []):
                 if ann['category_id'] not in self.cat2label:
                     continue  # a category left out by metainfo['classes']
+                box = clip_coco_box(ann['bbox'], w, h)
                 x, y, bw, bh = map(float, ann['bbox'])
-                box = [min(max(x, 0.), w), min(max(y, 0.), h),
-                       min(max(x + bw, 0.), w), min(max(y + bh, 0.), h)]
-                if box[2] <= box[0] or box[3] <= box[1]:
+                if box is None or box != [x, y, x + bw, y + bh]:
+                    self.box_problems.append((img['file_name'], (
+                        f'annotation {ann["id"]}: box {ann["bbox"]} '
+                        + ('has zero or negative width/height inside the image (dropped)'
+                           if box is None else f'extends past the {w}x{h} image (clipped)'))))
+                if box is None:
                     dropped += 1
                     continue
-                clipped += box != [x, y, x + bw, y + bh]
+                clipped += 1 if box != [x, y, x + bw, y + bh] else 0
                 ignore = ann.get('iscrowd', 0) or ann.get('ignore', False)
                 instances.append(dict(bbox=box, bbox_label=self.cat2label[ann['category_id']],
                                       ignore_flag=int(bool(ignore))))

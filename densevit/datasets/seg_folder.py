@@ -15,6 +15,7 @@ import os.path as osp
 
 from mmengine.dataset import BaseDataset
 
+from densevit.datasets.unreadable import SkipUnreadableMixin
 from densevit.registry import DATASETS
 from densevit.utils.defaults import DEFAULT, resolve_default
 
@@ -32,7 +33,7 @@ def list_files(folder, suffix):
 
 
 @DATASETS.register_module()
-class SegFolderDataset(BaseDataset):
+class SegFolderDataset(SkipUnreadableMixin, BaseDataset):
     """Images and label maps (one class index per pixel, PNG) in two folders.
 
     Args:
@@ -48,6 +49,9 @@ class SegFolderDataset(BaseDataset):
         ignore_index (int): label value the loss and metric skip.
         ann_file (str, optional): text file of image names (relative to the image
             folder, without suffix), one per line: a split; default all images.
+        skip_unreadable (bool): in training, replace a missing or undecodable image by
+            another and log a count per epoch (:mod:`densevit.datasets.unreadable`);
+            default False: such an image stops training with an error naming it.
         **kwargs: the rest of ``mmengine.dataset.BaseDataset`` (pipeline, test_mode,
             lazy_init, indices, serialize_data, max_refetch).
 

@@ -63,6 +63,15 @@ class Runner(MMEngineRunner):
     def build_logger(self, *args, **kwargs):
         return quiet_logger(super().build_logger(*args, **kwargs))
 
+    def register_hooks(self, default_hooks=None, custom_hooks=None):
+        """mmengine's, plus a :class:`SkippedImagesHook` (a count of the images a
+        ``skip_unreadable`` dataset skipped) unless the config names one."""
+        custom_hooks = list(custom_hooks or [])
+        if not any(isinstance(h, dict) and h.get('type') == 'SkippedImagesHook'
+                   for h in custom_hooks):
+            custom_hooks.append(dict(type='SkippedImagesHook'))
+        super().register_hooks(default_hooks, custom_hooks)
+
     def _log_env(self, env_cfg):
         world = self._world_size
         self.logger.info(

@@ -19,6 +19,7 @@ from mmengine.logging import print_log
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from densevit.datasets.coco import clip_coco_box
 from densevit.registry import METRICS
 
 # Index in COCOeval.stats of each returned metric (maxDets [1, 10, 100]).
@@ -39,22 +40,35 @@ def _get(obj, key, default=None):
     return getattr(obj, key, default) if key in obj else default
 
 
-def load_coco_gt(ann_file):
+def load_coco_gt(ann_file, drop_degenerate=False):
     """COCO ground truth with the fields COCOeval needs filled on a copy.
 
     COCOeval reads ``iscrowd`` and ``area`` of every annotation; files made by
     hand or by converters often omit them (``area`` then defaults to the box area).
+    ``drop_degenerate``: leave out the boxes CocoDataset drops (zero or negative
+    width or height once clipped to the image, :func:`clip_coco_box`); they are
+    listed in the returned COCO's ``dropped_anns``.
     """
     with get_local_path(ann_file) as path, open(path) as f:
         dataset = json.load(f)
+    sizes = {img['id']: (img.get('width'), img.get('height'))
+             for img in dataset.get('images', [])}
+    kept, dropped = [], []
     for ann in dataset.get('annotations', []):
         ann.setdefault('iscrowd', 0)
         if 'area' not in ann and 'bbox' in ann:
             ann['area'] = float(ann['bbox'][2] * ann['bbox'][3])
+        w, h = sizes.get(ann.get('image_id'), (None, None))
+        degenerate = (drop_degenerate and 'bbox' in ann and w is not None and h is not None
+                      and clip_coco_box(ann['bbox'], w, h) is None)
+        (dropped if degenerate else kept).append(ann)
+    if 'annotations' in dataset:
+        dataset['annotations'] = kept
     coco = COCO()
     coco.dataset = dataset
     with contextlib.redirect_stdout(io.StringIO()):  # "creating index..." chatter
         coco.createIndex()
+    coco.dropped_anns = dropped
     return coco
 
 
@@ -72,6 +86,11 @@ class CocoMetric(BaseMetric):
         outfile_prefix (str, optional): where results are written (also when
             evaluating).
         collect_device, prefix: see ``mmengine.evaluator.BaseMetric``.
+
+    The ground truth is the file's boxes less those CocoDataset drops (zero or
+    negative width or height once clipped to the image: nothing can match them);
+    each evaluation logs how many boxes it counts. Boxes that only extend past
+    the image are scored as the file writes them, as pycocotools does.
 
     With no predictions at all, COCOeval is run on an empty result set (loadRes
     refuses empty lists), so the numbers are COCOeval's own: 0.0 where ground
@@ -94,7 +113,8 @@ class CocoMetric(BaseMetric):
         self.classwise = classwise
         self.format_only = format_only
         self.outfile_prefix = outfile_prefix
-        self.coco_gt = load_coco_gt(ann_file) if ann_file is not None else None
+        self.coco_gt = (load_coco_gt(ann_file, drop_degenerate=True)
+                        if ann_file is not None else None)
 
     def _cat_ids(self):
         """Category id of each label (None: ``label + 1``); also the categories evaluated."""
@@ -165,11 +185,28 @@ class CocoMetric(BaseMetric):
                 raise ValueError(f'CocoMetric: image id {img_id} is not in ann_file '
                                  f'{self.ann_file}; is the metric given the same annotation '
                                  'file as the dataset?')
+        print_log(self.ground_truth_line(unique, cat_ids), logger='current')
         coco_eval = self._evaluate(dets, sorted(unique), sorted(cat_ids))
         metrics = {f'bbox_{name}': float(coco_eval.stats[i]) for name, i in _STATS.items()}
         if self.classwise:
             print_log('\n' + self.classwise_table(coco_eval), logger='current')
         return metrics
+
+    def ground_truth_line(self, img_ids, cat_ids):
+        """What the evaluation counts as ground truth, in one line: the boxes of the
+        images and categories scored, less those CocoDataset drops."""
+        img_ids, cat_ids = set(img_ids), set(cat_ids)
+
+        def scored(anns):
+            return sum(a['image_id'] in img_ids and a['category_id'] in cat_ids for a in anns)
+        kept = scored(self.coco_gt.dataset['annotations'])
+        dropped = scored(self.coco_gt.dropped_anns)
+        line = (f'CocoMetric: evaluating {kept} boxes of {kept + dropped} in {self.ann_file} '
+                f'({len(img_ids)} images)')
+        if dropped:
+            line += (f': {dropped} with zero or negative width/height (after clipping to '
+                     'the image) dropped, as the dataset drops them in training')
+        return line
 
     def _evaluate(self, dets, img_ids, cat_ids):
         """Run COCOeval on the given images and categories; its summary goes to the log."""

@@ -7,6 +7,7 @@ mmengine's root TRANSFORMS, which is how ``type='RandomFlip'`` resolves from sco
 module lazily, so configs need nothing extra.
 """
 import logging
+import re
 
 import mmcv
 import mmcv.transforms  # noqa: F401  (registers mmcv's transforms, see above)
@@ -16,6 +17,38 @@ from mmengine import fileio
 from mmengine.logging import print_log
 
 from densevit.registry import TRANSFORMS
+
+
+class UnreadableImageError(ValueError):
+    """An image that cannot be decoded. ``path`` names the file (None once the error
+    has crossed a DataLoader worker, which rebuilds it from its message alone)."""
+
+    def __init__(self, message, path=None):
+        super().__init__(message)
+        self.path = path
+
+
+class ImageNotFoundError(FileNotFoundError):
+    """An image file that does not exist (``path`` as for UnreadableImageError)."""
+
+    def __init__(self, message, path=None):
+        super().__init__(message)
+        self.path = path
+
+
+IMAGE_ERRORS = (UnreadableImageError, ImageNotFoundError)
+UNREADABLE_HINT = ('List every unreadable image with tools/dataset/check.py CONFIG; '
+                   'skip_unreadable=True on a training dataset skips them with a count')
+
+
+def image_error_line(error):
+    """The one line that says which image failed and why, also for an error re-raised by a
+    DataLoader worker (whose message carries the worker's whole traceback)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    last = lines[-1] if lines else ''
+    for cls in IMAGE_ERRORS:  # the traceback's last line: "<module>.<Class>: message"
+        last = re.sub(rf'^[\w.]*{cls.__name__}: ', '', last)
+    return last
 
 
 def _skip(path, why):
@@ -30,9 +63,11 @@ class LoadImage(LoadImageFromFile):
 
     Adds ``img`` (uint8 [H, W, 3] BGR unless ``color_type``/``to_float32`` say
     otherwise), ``img_shape`` and ``ori_shape`` (h, w). A missing file raises
-    ``FileNotFoundError('image not found: PATH')``, an undecodable one
-    ``ValueError('cannot decode image: PATH')`` (mmcv's own check is an
-    ``assert``, gone under ``python -O``). With ``ignore_empty=True`` both log a
+    ``ImageNotFoundError('image not found: PATH')`` (a FileNotFoundError), an
+    undecodable one ``UnreadableImageError('cannot decode image: PATH')`` (a
+    ValueError; mmcv's own check is an ``assert``, gone under ``python -O``). The
+    datasets' ``skip_unreadable=True`` skips both with a count per epoch
+    (:mod:`densevit.datasets.unreadable`). With ``ignore_empty=True`` both log a
     warning naming the file and return None instead, so the dataset picks another
     image (mmengine's ``BaseDataset`` retries a random index, in training only).
     """
@@ -44,7 +79,7 @@ class LoadImage(LoadImageFromFile):
         except FileNotFoundError:
             if self.ignore_empty:
                 return _skip(path, 'not found')
-            raise FileNotFoundError(f'image not found: {path}') from None
+            raise ImageNotFoundError(f'image not found: {path}', path) from None
         try:
             img = mmcv.imfrombytes(img_bytes, flag=self.color_type, backend=self.imdecode_backend)
         except Exception:  # pillow / turbojpeg backends raise, cv2 returns None
@@ -52,7 +87,8 @@ class LoadImage(LoadImageFromFile):
         if img is None:
             if self.ignore_empty:
                 return _skip(path, 'cannot be decoded')
-            raise ValueError(f'cannot decode image: {path} (corrupt or not an image)')
+            raise UnreadableImageError(f'cannot decode image: {path} (corrupt or not an image)',
+                                       path)
         if self.to_float32:
             img = img.astype(np.float32)
         results['img'] = img

@@ -1,0 +1,126 @@
+"""Check the train and val data of a config before training; report every problem at once.
+
+``python tools/dataset/check.py CONFIG [--splits train val] [--cfg-options k=v]``
+
+The datasets are built from the config, so their own parsing is checked (a COCO
+file's keys and category ids, a label folder's pairing). Then every image:
+
+- decodes (``LoadImage``); detection: its size equals the annotation's width / height;
+  boxes inside the image and of positive size; labels within the classes;
+- segmentation: the label map decodes, has the image's size and holds only class
+  indices or ``ignore_index`` (``LoadSegAnnotations``).
+
+Each problem is printed with its file; a summary table follows. Exit status 1 if
+any problem was found, else 0.
+"""
+import argparse
+import collections
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from mmengine.config import Config, DictAction
+from mmengine.registry import init_default_scope
+
+from densevit.datasets.transforms.loading import IMAGE_ERRORS, LoadImage
+from densevit.datasets.transforms.seg_loading import LoadSegAnnotations
+from densevit.registry import DATASETS
+from densevit.utils.moved import resolve_config
+
+KINDS = ('image', 'size', 'box', 'label', 'label map', 'dataset')
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('config')
+    p.add_argument('--splits', nargs='+', default=['train', 'val'], choices=['train', 'val', 'test'])
+    p.add_argument('--workers', type=int, default=4, help='threads decoding images')
+    p.add_argument('--progress-every', type=float, default=10.0,
+                   help='seconds between progress lines on long scans')
+    p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
+    return p.parse_args(argv)
+
+
+def check_detection(info, img, num_classes):
+    """Image size against the annotation, labels against the classes."""
+    problems, path = [], info['img_path']
+    h, w = img.shape[:2]
+    if (info.get('height'), info.get('width')) != (h, w):
+        problems.append(('size', f'{path}: image is {w}x{h} but its annotation says '
+                                 f'{info.get("width")}x{info.get("height")} (width x height)'))
+    for inst in info['instances']:
+        if not 0 <= inst['bbox_label'] < num_classes:
+            problems.append(('label', f'{path}: label {inst["bbox_label"]} outside 0..{num_classes - 1}'))
+    return problems
+
+
+def check_one(info, num_classes):
+    """[(kind, message naming the file)] of one data info (an image and its annotations)."""
+    try:
+        results = LoadImage()(dict(img_path=info['img_path']))
+    except IMAGE_ERRORS as e:
+        return [('image', str(e))]
+    if 'instances' in info:
+        return check_detection(info, results['img'], num_classes)
+    if 'seg_map_path' in info:
+        try:
+            LoadSegAnnotations()(dict(info, **results))
+        except (ValueError, FileNotFoundError) as e:
+            return [('label map', str(e))]
+    return []
+
+
+def check_split(name, dataset_cfg, args):
+    """Build one split's dataset and check every image; returns (images, problems)."""
+    try:
+        dataset = DATASETS.build(dataset_cfg)
+        dataset.full_init()
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        return 0, [('dataset', f'{name}: cannot build the dataset: {e}')]
+    num_classes = len(dataset.metainfo.get('classes') or ())
+    problems = [('box', f'{file}: {what}') for file, what in getattr(dataset, 'box_problems', [])]
+    n, last = len(dataset), time.monotonic()
+    def check(i):
+        info = dataset.get_data_info(i)
+        return check_one(info, num_classes)
+
+    with ThreadPoolExecutor(max(args.workers, 1)) as pool:
+        for i, found in enumerate(pool.map(check, range(n))):
+            problems += found
+            if time.monotonic() - last >= args.progress_every:
+                last = time.monotonic()
+                print(f'{name}: {i + 1}/{n} images checked, {len(problems)} problems',
+                      file=sys.stderr, flush=True)
+    return n, problems
+
+
+def summary_table(rows):
+    header = ['split', 'images'] + list(KINDS)
+    lines = [header] + [[name, str(n)] + [str(counts[k]) for k in KINDS] for name, n, counts in rows]
+    widths = [max(len(r[i]) for r in lines) for i in range(len(header))]
+    return '\n'.join('  '.join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = Config.fromfile(resolve_config(args.config))
+    cfg.merge_from_dict(args.cfg_options)
+    init_default_scope(cfg.get('default_scope', 'densevit'))
+    rows, total = [], 0
+    for name in args.splits:
+        loader = cfg.get(f'{name}_dataloader')
+        if not loader:
+            print(f'{name}: the config has no {name}_dataloader')
+            continue
+        n, problems = check_split(name, loader['dataset'], args)
+        for kind, msg in problems:
+            print(f'{name}: {kind}: {msg}')
+        rows.append((name, n, collections.Counter(kind for kind, _ in problems)))
+        total += len(problems)
+    print(summary_table(rows))
+    print(f'{total} problem{"s" if total != 1 else ""} found' if total else 'no problems found')
+    return 1 if total else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
