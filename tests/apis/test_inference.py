@@ -50,29 +50,6 @@ def test_detector_on_path_array_and_list(det):
     torch.testing.assert_close(several[0].pred_instances.scores, pred.scores)
 
 
-def test_gray_bgra_and_float_arrays(det):
-    """H x W and H x W x 1 gray, BGRA and float 0..1 give what the equivalent BGR uint8
-    image gives; float values outside 0..1 and other shapes are refused, naming them."""
-    import numpy as np
-    model = init_model(det['config'], det['ckpt'])
-    bgr = cv2.imread(str(val_images(det)[0]))
-    gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
-    expected = inference(model, np.repeat(gray[..., None], 3, axis=2)).pred_instances
-    for img in (gray, gray[..., None], gray.astype(np.float32) / 255):
-        got = inference(model, img).pred_instances
-        torch.testing.assert_close(got.bboxes, expected.bboxes)
-        torch.testing.assert_close(got.scores, expected.scores)
-    bgra = np.concatenate([bgr, np.full_like(bgr[..., :1], 7)], axis=2)
-    torch.testing.assert_close(inference(model, bgra).pred_instances.bboxes,
-                               inference(model, bgr).pred_instances.bboxes)
-    with pytest.raises(ValueError, match=r'values in 0\.\.1 \(got \d+\.\.\d+\)'):
-        inference(model, bgr.astype(np.float32))
-    with pytest.raises(ValueError, match=r'got shape \(2, 8, 8, 3\)'):
-        inference(model, np.zeros((2, 8, 8, 3), np.uint8))
-    with pytest.raises(ValueError, match='got uint16'):
-        inference(model, gray.astype(np.uint16))
-
-
 def test_detector_inference_matches_the_test_pipeline(det):
     """Same predictions as the model fed by the dataset's own test pipeline (tools/test.py)."""
     model = init_model(det['config'], det['ckpt'])

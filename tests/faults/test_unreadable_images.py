@@ -9,6 +9,7 @@
 import re
 from pathlib import Path
 
+import cv2
 import pytest
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
@@ -120,3 +121,44 @@ def test_skipped_image_is_replaced_and_evaluation_never_skips(tmp_path, seg):
     missing = break_image(val, 1, how='missing')
     with pytest.raises(ImageNotFoundError, match=f'image not found: {missing}'):
         val[1]
+
+
+def corrupt_one_train_image(data_root):
+    """Overwrite train image 000003.png with bytes that are not an image."""
+    path = Path(data_root) / 'train' / '000003.png'
+    path.write_bytes(b'\x89PNG\r\n\x1a\n garbage, not an image')
+    return path
+
+
+SKIP_BROKEN = """
+train_dataloader = dict(dataset=dict(data_root=data_root, pipeline=[
+    dict(type='LoadImage', ignore_empty=True), dict(type='LoadDetAnnotations'),
+    dict(type='PackDetInputs')]))
+"""
+
+
+def test_corrupt_image_is_named_or_skipped_with_a_warning(train_tool, tmp_path, capsys):
+    from mmengine.registry import init_default_scope
+
+    from densevit.registry import DATASETS
+    config = write_config(tmp_path, extra=SKIP_BROKEN)
+    with isolated():  # generate the data, then break one image in the middle
+        init_default_scope('densevit')
+        from mmengine.config import Config
+        DATASETS.build(Config.fromfile(config).train_dataloader.dataset)
+    broken = corrupt_one_train_image(tmp_path / 'shapes')
+    assert cv2.imread(str(broken)) is None
+
+    strict = write_config(tmp_path, name='strict.py')  # LoadImage without ignore_empty
+    with isolated():
+        assert train_tool.main([strict, '--work-dir', str(tmp_path / 'strict'), '--cfg-options',
+                                *NO_VAL, *unique_names()]) == 1
+    assert f'densevit: cannot decode image: {broken}' in capsys.readouterr().err
+
+    # 4 iterations x batch 2 = one shuffled pass over the 8 images: the broken one is drawn
+    with isolated():
+        assert train_tool.main([config, '--work-dir', str(tmp_path / 'skip'), '--cfg-options',
+                                *NO_VAL, *unique_names()]) == 0
+    (log,) = (tmp_path / 'skip').glob('*/*.log')
+    assert f'LoadImage: skipping image {broken}: cannot be decoded' in log.read_text()
+    assert (tmp_path / 'skip' / 'iter_4.pth').is_file()

@@ -141,20 +141,6 @@ def test_train_tool_reports_missing_annotation_files(train_tool, tmp_path, capsy
     assert not (tmp_path / 'w').exists()
 
 
-def test_misspelt_top_level_keys_stop_before_anything_is_built(train_tool, tmp_path, capsys):
-    """``optim_wraper`` / ``default_hook`` were ignored: training ran with the defaults."""
-    config = write_config(tmp_path, extra="optim_wraper = dict(optimizer=dict(lr=0.5))\n"
-                                          "default_hook = dict()\ncrop_size = (32, 32)\n")
-    rc = train_tool.main([config, '--work-dir', str(tmp_path / 'w')])
-    assert rc == 1
-    lines = stderr_lines(capsys)
-    assert len(lines) == 2  # crop_size, a config variable of its own, is not reported
-    assert "unknown top-level config key 'optim_wraper'" in lines[0]
-    assert "Did you mean 'optim_wrapper'?" in lines[0]
-    assert "'default_hook'" in lines[1] and "'default_hooks'" in lines[1]
-    assert not (tmp_path / 'w').exists()
-
-
 def test_train_tool_reports_missing_resume_checkpoint(trained, train_tool, tmp_path, capsys):
     missing = tmp_path / 'gone.pth'
     rc = train_tool.main([trained['config'], '--work-dir', str(tmp_path / 'w'),

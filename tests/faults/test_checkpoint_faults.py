@@ -1,11 +1,12 @@
-"""Faults a training run must survive or report clearly.
+"""Checkpoint faults a training run must survive or report clearly.
 
 - SIGKILL mid-run, then ``--resume``: the same final weights as an uninterrupted run.
 - A checkpoint save interrupted midway: ``last_checkpoint`` still names a complete file.
 - The disk full during a save: one line naming the file and the free space, no temp file.
 - A truncated latest checkpoint: ``--resume`` continues from the newest intact one.
+- ``tools/test.py`` with a checkpoint that does not match: exit 1 listing the keys
+  (``--non-strict`` evaluates anyway).
 - A checkpoint carrying pickled code: refused with a message saying so, code not run.
-- A corrupt image: an error naming the file, or skipped with a warning naming it.
 """
 import os
 import pickle
@@ -15,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import cv2
 import pytest
 import torch
 from mmengine.fileio import LocalBackend
@@ -23,6 +23,7 @@ from mmengine.fileio import LocalBackend
 import densevit  # noqa: F401  (allow-list for checkpoints)
 from densevit.checkpoint.safe_load import UnsafeCheckpointError, load_checkpoint_safely
 
+from tiny_checkpoints import trained_checkpoint
 from tiny_run import REPO, isolated, load_tool, unique_names, write_config
 
 NO_VAL = ['train_cfg.val_begin=1000']
@@ -197,42 +198,20 @@ def test_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
     assert isinstance(UnsafeCheckpointError('x'), pickle.UnpicklingError)
 
 
-def corrupt_one_train_image(data_root):
-    """Overwrite train image 000003.png with bytes that are not an image."""
-    path = Path(data_root) / 'train' / '000003.png'
-    path.write_bytes(b'\x89PNG\r\n\x1a\n garbage, not an image')
-    return path
-
-
-SKIP_BROKEN = """
-train_dataloader = dict(dataset=dict(data_root=data_root, pipeline=[
-    dict(type='LoadImage', ignore_empty=True), dict(type='LoadDetAnnotations'),
-    dict(type='PackDetInputs')]))
-"""
-
-
-def test_corrupt_image_is_named_or_skipped_with_a_warning(train_tool, tmp_path, capsys):
-    from mmengine.registry import init_default_scope
-
-    from densevit.registry import DATASETS
-    config = write_config(tmp_path, extra=SKIP_BROKEN)
-    with isolated():  # generate the data, then break one image in the middle
-        init_default_scope('densevit')
-        from mmengine.config import Config
-        DATASETS.build(Config.fromfile(config).train_dataloader.dataset)
-    broken = corrupt_one_train_image(tmp_path / 'shapes')
-    assert cv2.imread(str(broken)) is None
-
-    strict = write_config(tmp_path, name='strict.py')  # LoadImage without ignore_empty
+def test_test_tool_loads_strictly_and_reports_in_one_line(tmp_path_factory, tmp_path, capsys):
+    det = trained_checkpoint(tmp_path_factory, 'det')
+    ckpt = torch.load(det['ckpt'], weights_only=True)
+    dropped = next(k for k in ckpt['state_dict'] if k.endswith('class_embed.bias'))
+    del ckpt['state_dict'][dropped]
+    torch.save(ckpt, tmp_path / 'missing_one.pth')
     with isolated():
-        assert train_tool.main([strict, '--work-dir', str(tmp_path / 'strict'), '--cfg-options',
-                                *NO_VAL, *unique_names()]) == 1
-    assert f'densevit: cannot decode image: {broken}' in capsys.readouterr().err
-
-    # 4 iterations x batch 2 = one shuffled pass over the 8 images: the broken one is drawn
-    with isolated():
-        assert train_tool.main([config, '--work-dir', str(tmp_path / 'skip'), '--cfg-options',
-                                *NO_VAL, *unique_names()]) == 0
-    (log,) = (tmp_path / 'skip').glob('*/*.log')
-    assert f'LoadImage: skipping image {broken}: cannot be decoded' in log.read_text()
-    assert (tmp_path / 'skip' / 'iter_4.pth').is_file()
+        rc = load_tool('tools/test.py').main([det['config'], str(tmp_path / 'missing_one.pth'),
+                                              '--work-dir', str(tmp_path / 'work')])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert 'missing_one.pth does not match the model: 1 missing' in err and dropped in err
+    assert 'Traceback' not in err
+    with isolated():  # experts: evaluate anyway, the mismatch reported
+        rc = load_tool('tools/test.py').main([det['config'], str(tmp_path / 'missing_one.pth'),
+                                              '--work-dir', str(tmp_path / 'work'), '--non-strict'])
+    assert rc == 0

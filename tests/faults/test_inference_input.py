@@ -1,0 +1,42 @@
+"""Arrays that inference() takes or refuses, as documented (issue #14, item 3)."""
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from densevit.apis import inference, init_model
+
+from tiny_checkpoints import trained_checkpoint
+
+
+@pytest.fixture(scope='module')
+def det(tmp_path_factory):
+    return trained_checkpoint(tmp_path_factory, 'det')
+
+
+def first_val_image(run):
+    return sorted((Path(run['data_root']) / 'val').glob('*.png'))[0]
+
+
+def test_gray_bgra_and_float_arrays(det):
+    """H x W and H x W x 1 gray, BGRA and float 0..1 give what the equivalent BGR uint8
+    image gives; float values outside 0..1 and other shapes are refused, naming them."""
+    model = init_model(det['config'], det['ckpt'])
+    bgr = cv2.imread(str(first_val_image(det)))
+    gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    expected = inference(model, np.repeat(gray[..., None], 3, axis=2)).pred_instances
+    for img in (gray, gray[..., None], gray.astype(np.float32) / 255):
+        got = inference(model, img).pred_instances
+        torch.testing.assert_close(got.bboxes, expected.bboxes)
+        torch.testing.assert_close(got.scores, expected.scores)
+    bgra = np.concatenate([bgr, np.full_like(bgr[..., :1], 7)], axis=2)
+    torch.testing.assert_close(inference(model, bgra).pred_instances.bboxes,
+                               inference(model, bgr).pred_instances.bboxes)
+    with pytest.raises(ValueError, match=r'values in 0\.\.1 \(got \d+\.\.\d+\)'):
+        inference(model, bgr.astype(np.float32))
+    with pytest.raises(ValueError, match=r'got shape \(2, 8, 8, 3\)'):
+        inference(model, np.zeros((2, 8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match='got uint16'):
+        inference(model, gray.astype(np.uint16))
