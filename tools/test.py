@@ -1,4 +1,5 @@
-"""Evaluate a checkpoint: ``python tools/test.py CONFIG CHECKPOINT [--out F] [--show-dir D]``."""
+"""Evaluate a checkpoint: ``python tools/test.py CONFIG CHECKPOINT [--out F] [--show-dir D]
+[--tta [--tta-ratios R ...] [--tta-no-flip]]``."""
 import argparse
 import os
 import os.path as osp
@@ -14,6 +15,7 @@ from densevit.datasets.transforms.loading import IMAGE_ERRORS, UNREADABLE_HINT, 
 from densevit.engine.launch import setup_launcher, shutdown_distributed
 from densevit.engine.preflight import missing_inputs, misspelt_keys
 from densevit.engine.runner import Runner
+from densevit.models.tta.support import apply_tta
 from densevit.utils.moved import resolve_config
 
 
@@ -30,6 +32,15 @@ def parse_args(argv=None):
     p.add_argument('--show-dir', help='write a PNG per image with its predictions to '
                    'WORK_DIR/TIMESTAMP/SHOW_DIR')
     p.add_argument('--score-thr', type=float, default=0.3, help='drawing threshold for --show-dir')
+    p.add_argument('--tta', action='store_true',
+                   help='test-time augmentation: the config\'s tta_model / tta_pipeline, or '
+                        'the defaults (segmentation: scales 0.5-1.75 x flip, probabilities '
+                        'averaged; detection: scales 0.5, 1, 1.5 x flip, class-wise NMS)')
+    p.add_argument('--tta-ratios', type=float, nargs='+',
+                   help='with --tta: scale ratios (of the test Resize, or of the original '
+                        'image when the test pipeline has none), rebuilding tta_pipeline')
+    p.add_argument('--tta-no-flip', action='store_true',
+                   help='with --tta: no horizontal flip views (rebuilds tta_pipeline)')
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
     p.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -46,6 +57,19 @@ def main(argv=None):
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
+    if (args.tta_ratios or args.tta_no_flip) and not args.tta:
+        print('densevit: --tta-ratios / --tta-no-flip need --tta', file=sys.stderr)
+        return 1
+    if args.tta:
+        if args.show_dir:
+            print('densevit: --show-dir draws single-view predictions; leave out --tta',
+                  file=sys.stderr)
+            return 1
+        try:
+            apply_tta(cfg, args.tta_ratios, False if args.tta_no_flip else None)
+        except ValueError as e:  # a head that cannot merge views, a pipeline to derive from
+            print(f'densevit: {args.config}: {e}', file=sys.stderr)
+            return 1
     if args.show_dir:
         vis = cfg.default_hooks.visualization
         vis.draw, vis.test_out_dir, vis.score_thr = True, args.show_dir, args.score_thr

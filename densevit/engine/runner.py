@@ -96,13 +96,15 @@ class Runner(MMEngineRunner):
         --non-strict``): evaluating a model whose weights did not all load would
         report a number for a model nobody trained.
         """
-        from mmengine.model import is_model_wrapper
+        from mmengine.model import BaseTTAModel, is_model_wrapper
         from mmengine.runner.checkpoint import _load_checkpoint
 
         from densevit.checkpoint.model import load_model_weights
         checkpoint = _load_checkpoint(filename, map_location=map_location)
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         model = self.model.module if is_model_wrapper(self.model) else self.model
+        if isinstance(model, BaseTTAModel):  # tools/test.py --tta: the weights are the module's
+            model = model.module
         load_model_weights(model, checkpoint, str(filename),
                            strict=strict or self._evaluating and self.strict_load)
         self._has_loaded = True

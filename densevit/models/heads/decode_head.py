@@ -79,6 +79,9 @@ class DecodeHead(BaseModule):
         forward(inputs: tuple of [B, C_i, H_i, W_i]) -> [B, K, h, w].
     """
 
+    # test-time augmentation merges this head's per-view logits (densevit/models/tta)
+    tta_merge = 'seg_logits'
+
     def __init__(self, in_channels, channels, num_classes, in_index=-1, dropout_ratio=0.1,
                  norm_cfg=DEFAULT, act_cfg=DEFAULT, align_corners=False, ignore_index=255,
                  loss_decode=DEFAULT, init_cfg=None):

@@ -63,6 +63,9 @@ class DETRHead(BaseModule):
             best-scoring queries, highest first (MMDetection's ``test_cfg.max_per_img``).
     """
 
+    # test-time augmentation merges this head's per-view boxes (densevit/models/tta)
+    tta_merge = 'boxes'
+
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=100,
                  transformer=DEFAULT, positional_encoding=DEFAULT, criterion=DEFAULT,
                  aux_loss=True, dn_cfg=None, num_dets=None, init_cfg=None):
