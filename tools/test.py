@@ -30,6 +30,9 @@ def parse_args(argv=None):
     p.add_argument('--show-dir', help='write a PNG per image with its predictions to '
                    'WORK_DIR/TIMESTAMP/SHOW_DIR')
     p.add_argument('--score-thr', type=float, default=0.3, help='drawing threshold for --show-dir')
+    p.add_argument('--bf16', action='store_true',
+                   help='predict under bf16 autocast (CPU or GPU); prediction layers and '
+                        'post-processing stay float32 (docs/benchmarks.md: accuracy, speed)')
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
     p.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -46,6 +49,8 @@ def main(argv=None):
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
+    if args.bf16:
+        cfg.test_cfg = dict(type='AutocastTestLoop', precision='bf16')
     if args.show_dir:
         vis = cfg.default_hooks.visualization
         vis.draw, vis.test_out_dir, vis.score_thr = True, args.show_dir, args.score_thr

@@ -7,6 +7,7 @@ from torch import nn
 from densevit.registry import MODELS, TASK_UTILS
 from densevit.structures import box_cxcywh_to_xyxy, generalized_box_iou
 from densevit.utils.defaults import DEFAULT, resolve_default
+from densevit.utils.precision import at_least_fp32
 
 
 def num_boxes_across_ranks(targets, device):
@@ -79,7 +80,9 @@ class SetCriterion(nn.Module):
         """
         if indices is None:
             indices = self.matcher(outputs, targets)
-        logits, boxes = outputs['pred_logits'], outputs['pred_boxes']
+        # losses in float32 at least: bf16 / fp16 logits raised, a float64 model stays float64
+        logits = at_least_fp32(outputs['pred_logits'])
+        boxes = at_least_fp32(outputs['pred_boxes'])
         batch_idx = torch.cat([torch.full_like(src, i) for i, (src, _) in enumerate(indices)])
         src_idx = torch.cat([src for src, _ in indices])
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64,
@@ -88,13 +91,14 @@ class SetCriterion(nn.Module):
             [t['labels'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(logits.device)
         if self.use_focal:
             onehot = F.one_hot(target_classes, self.num_classes + 1)[..., :-1].to(logits.dtype)
-            loss_cls = sigmoid_focal_loss(logits.float(), onehot.float(), self.focal_alpha,
+            loss_cls = sigmoid_focal_loss(logits, onehot, self.focal_alpha,
                                           self.focal_gamma).sum() / num_boxes
         else:
-            loss_cls = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
-                                       self.class_weight.to(logits.device))
+            # the no-object weight follows the logits (a model cast whole casts this buffer too)
+            loss_cls = F.cross_entropy(logits.transpose(1, 2), target_classes,
+                                       self.class_weight.to(logits.device, logits.dtype))
 
-        src_boxes = boxes[batch_idx, src_idx].float()
+        src_boxes = boxes[batch_idx, src_idx]
         tgt_boxes = torch.cat(
             [t['boxes'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(src_boxes)
         loss_bbox = F.l1_loss(src_boxes, tgt_boxes, reduction='sum') / num_boxes
