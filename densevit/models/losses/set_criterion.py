@@ -61,9 +61,7 @@ class SetCriterion(nn.Module):
         self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
         self.matcher = TASK_UTILS.build(matcher)
         self.loss_weights = dict(loss_weights)
-        class_weight = torch.ones(num_classes + 1)
-        class_weight[-1] = no_object_weight
-        self.register_buffer('class_weight', class_weight, persistent=False)
+        self.no_object_weight = no_object_weight
 
     def forward(self, outputs, targets, num_boxes, indices=None):
         """Weighted losses of one layer.
@@ -94,9 +92,10 @@ class SetCriterion(nn.Module):
             loss_cls = sigmoid_focal_loss(logits, onehot, self.focal_alpha,
                                           self.focal_gamma).sum() / num_boxes
         else:
-            # the no-object weight follows the logits (a model cast whole casts this buffer too)
-            loss_cls = F.cross_entropy(logits.transpose(1, 2), target_classes,
-                                       self.class_weight.to(logits.device, logits.dtype))
+            # class weights made in the logits' dtype: no buffer for model.to(dtype) to round
+            class_weight = logits.new_ones(self.num_classes + 1)
+            class_weight[-1] = self.no_object_weight
+            loss_cls = F.cross_entropy(logits.transpose(1, 2), target_classes, class_weight)
 
         src_boxes = boxes[batch_idx, src_idx]
         tgt_boxes = torch.cat(
