@@ -41,16 +41,22 @@ def at_least_fp32(x):
     return x.float() if x.dtype in _LOW else x
 
 
-def run_in_fp32(module, x):
-    """``module(x)`` with autocast switched off and x raised to float32 when autocast is on
-    (the module's float32 weights are used as they are); otherwise ``module(x)`` in the
-    model's own dtype (a model cast whole to bf16 / float64 stays so).
+def run_in_fp32(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with autocast switched off and the tensor arguments raised to
+    float32 when autocast is on (a module's float32 weights are used as they are);
+    otherwise a plain call in the model's own dtype (a model cast whole to bf16 / float64
+    stays so).
 
     Args:
-        module (nn.Module): e.g. a predictor ``Linear`` / ``MLP`` (input [..., D]).
-        x (Tensor): its input.
+        fn (callable): e.g. a predictor ``Linear`` / ``MLP`` (input [..., D]) or a
+            transformer decoder.
+        *args, **kwargs: its inputs; tensors among them are raised, others passed as given.
     """
-    if torch.is_autocast_enabled(x.device.type):
-        with torch.autocast(x.device.type, enabled=False):
-            return module(x.float())
-    return module(x)
+    tensors = [a for a in (*args, *kwargs.values()) if torch.is_tensor(a)]
+    if not tensors or not torch.is_autocast_enabled(tensors[0].device.type):
+        return fn(*args, **kwargs)
+
+    def raise_(a):
+        return at_least_fp32(a) if torch.is_tensor(a) else a
+    with torch.autocast(tensors[0].device.type, enabled=False):
+        return fn(*map(raise_, args), **{k: raise_(v) for k, v in kwargs.items()})
