@@ -57,3 +57,21 @@ def test_segmentation_metric_in_bf16(tmp_path_factory, test_tool, tmp_path):
     low = run_test(test_tool, seg, tmp_path / 'bf16', '--bf16')
     assert 'mIoU' in ref
     assert abs(low['mIoU'] - ref['mIoU']) <= 0.1  # mIoU in percent: 0.1 point
+
+
+def test_benchmark_bf16(tmp_path_factory, tmp_path):
+    """benchmark.py --bf16 times the forward under bf16 autocast (a Linear returns bf16)."""
+    from densevit.apis import init_model
+    det = trained_checkpoint(tmp_path_factory, 'det')
+    tool = load_tool('tools/analysis/benchmark.py')
+    out = tmp_path / 'bench.json'
+    assert tool.main([det['config'], det['ckpt'], '--shape', '48', '48', '--iters', '2',
+                      '--warmup', '1', '--bf16', '--json', str(out)]) == 0
+    assert json.loads(out.read_text())['precision'] == 'bf16'
+    model = init_model(det['config'], det['ckpt'])
+    seen = []
+    linear = next(m for m in model.backbone.modules() if isinstance(m, torch.nn.Linear))
+    linear.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    tool.benchmark(model, (48, 48), iters=1, warmup=0, precision='bf16')
+    tool.benchmark(model, (48, 48), iters=1, warmup=0, precision='fp32')
+    assert seen == [torch.bfloat16, torch.float32]

@@ -114,7 +114,7 @@ def main(argv=None):
               else f"peak RSS +{result['peak_rss_growth_mb']:.1f} MiB during the timed loop "
                    f"(process peak {result['peak_rss_mb']:.0f} MiB)")
     print(f"{args.config}: {result['images_per_s']:.2f} images/s "
-          f"(batch {args.batch}, {args.shape[0]}x{args.shape[1]}, {args.mode}, {result['device']}, "
+          f"(batch {args.batch}, {args.shape[0]}x{args.shape[1]}, {args.mode}, {precision}, {result['device']}, "
           f"{torch.get_num_threads()} threads); latency per batch p50 {lat['p50']:.1f} ms, "
           f"p90 {lat['p90']:.1f} ms, p99 {lat['p99']:.1f} ms; {memory}")
     if args.json:
