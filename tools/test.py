@@ -41,6 +41,9 @@ def parse_args(argv=None):
                         'image when the test pipeline has none), rebuilding tta_pipeline')
     p.add_argument('--tta-no-flip', action='store_true',
                    help='with --tta: no horizontal flip views (rebuilds tta_pipeline)')
+    p.add_argument('--bf16', action='store_true',
+                   help='predict under bf16 autocast (CPU or GPU); prediction layers and '
+                        'post-processing stay float32 (docs/benchmarks.md: accuracy, speed)')
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
     p.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -70,6 +73,8 @@ def main(argv=None):
         except ValueError as e:  # a head that cannot merge views, a pipeline to derive from
             print(f'densevit: {args.config}: {e}', file=sys.stderr)
             return 1
+    if args.bf16:
+        cfg.test_cfg = dict(type='AutocastTestLoop', precision='bf16')
     if args.show_dir:
         vis = cfg.default_hooks.visualization
         vis.draw, vis.test_out_dir, vis.score_thr = True, args.show_dir, args.score_thr

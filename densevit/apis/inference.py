@@ -19,6 +19,7 @@ from densevit.checkpoint.model import load_model_weights
 from densevit.checkpoint.safe_load import load_checkpoint_safely
 from densevit.engine.sync_bn import revert_sync_bn_if_single
 from densevit.registry import DATASETS, MODELS
+from densevit.utils.precision import autocast_context, check_precision
 
 _LOADERS = ('LoadImage', 'LoadImageFromFile', 'mmcv.LoadImageFromFile')
 
@@ -38,7 +39,7 @@ def _dataset_meta(cfg, checkpoint):
     return None
 
 
-def init_model(config, checkpoint=None, device='cpu', cfg_options=None):
+def init_model(config, checkpoint=None, device='cpu', cfg_options=None, precision='fp32'):
     """A model ready for :func:`inference`: built, weights loaded, in eval mode.
 
     Args:
@@ -47,11 +48,14 @@ def init_model(config, checkpoint=None, device='cpu', cfg_options=None):
             leaves the random initialisation.
         device (str): 'cpu', 'cuda', 'cuda:1'...
         cfg_options (dict, optional): overrides, as ``--cfg-options`` (dotted keys).
+        precision (str): 'fp32', or 'bf16': :func:`inference` predicts under bf16
+            autocast (weights stay float32; see ``densevit/utils/precision.py``).
 
     Returns:
-        nn.Module: with ``cfg`` (the config) and ``dataset_meta`` (class names...)
-        attributes. SyncBN layers are plain BN (one process).
+        nn.Module: with ``cfg`` (the config), ``dataset_meta`` (class names...) and
+        ``precision`` attributes. SyncBN layers are plain BN (one process).
     """
+    check_precision(precision, 'init_model')
     cfg = Config.fromfile(str(config)) if isinstance(config, (str, os.PathLike)) else config
     cfg = copy.deepcopy(cfg)
     if cfg_options:
@@ -70,6 +74,7 @@ def init_model(config, checkpoint=None, device='cpu', cfg_options=None):
         load_model_weights(model, ckpt, str(checkpoint), strict=True)
     model.cfg = cfg
     model.dataset_meta = _dataset_meta(cfg, ckpt)
+    model.precision = precision
     return model.to(device).eval()
 
 
@@ -123,7 +128,7 @@ def _prepare(item, load, rest):
     return rest(results)
 
 
-def inference(model, images, batch_size=1):
+def inference(model, images, batch_size=1, precision=None):
     """Predict on one image or several.
 
     Args:
@@ -133,6 +138,8 @@ def inference(model, images, batch_size=1):
             BGRA ``H x W x 4``, or grayscale ``H x W`` / ``H x W x 1``; uint8
             0..255 or float 0..1 (see :func:`as_bgr_uint8`).
         batch_size (int): images per forward pass.
+        precision (str, optional): 'fp32' or 'bf16' (autocast); default the model's
+            ``precision`` from :func:`init_model` ('fp32' if it has none).
 
     Returns:
         DataSample or list[DataSample]: ``pred_instances`` (``bboxes`` xyxy in
@@ -142,12 +149,14 @@ def inference(model, images, batch_size=1):
     """
     single = not isinstance(images, (list, tuple))
     items = [images] if single else list(images)
+    precision = check_precision(precision or getattr(model, 'precision', 'fp32'), 'inference')
+    device = next(model.parameters()).device.type
     scope = model.cfg.get('default_scope', 'densevit')
     with DefaultScope.overwrite_default_scope(scope):
         load, rest = test_pipeline(model.cfg)
         results = []
         for start in range(0, len(items), batch_size):
             batch = [_prepare(x, load, rest) for x in items[start:start + batch_size]]
-            with torch.no_grad():
+            with torch.no_grad(), autocast_context(precision, device):
                 results += model.test_step(pseudo_collate(batch))
     return results[0] if single else results

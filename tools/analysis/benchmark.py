@@ -1,11 +1,12 @@
 """Inference speed and memory: images/s, latency percentiles, peak memory.
 
     python tools/analysis/benchmark.py CONFIG [CHECKPOINT] --shape H W --batch N --iters N
-        [--warmup N] [--device cpu|cuda] [--mode predict|tensor] [--threads N]
+        [--warmup N] [--device cpu|cuda] [--mode predict|tensor] [--threads N] [--bf16]
 
 Random images of the given shape go through the data preprocessor and the model
 (``--mode predict``: with post-processing, as ``tools/test.py`` runs it; ``tensor``:
-the network alone). Data loading is not timed. Reported:
+the network alone). ``--bf16``: under bf16 autocast, as ``tools/test.py --bf16`` runs
+it. Data loading is not timed. Reported:
 
 - throughput: ``batch x iters / total seconds``;
 - latency per batch: p50 / p90 / p99 over the timed iterations;
@@ -28,6 +29,7 @@ from mmengine.config import DictAction
 from densevit.apis import init_model
 from densevit.structures import DataSample
 from densevit.utils.memory import peak_rss_growth
+from densevit.utils.precision import autocast_context
 
 
 def fake_batch(batch, shape, seed=0):
@@ -41,17 +43,19 @@ def fake_batch(batch, shape, seed=0):
     return dict(inputs=inputs, data_samples=samples)
 
 
-def benchmark(model, shape, batch=1, iters=20, warmup=3, mode='predict'):
-    """Time ``iters`` batches after ``warmup``; returns a dict of the measurements."""
+def benchmark(model, shape, batch=1, iters=20, warmup=3, mode='predict', precision='fp32'):
+    """Time ``iters`` batches after ``warmup`` in ``precision`` ('fp32' or 'bf16');
+    returns a dict of the measurements."""
     device = next(model.parameters()).device
     cuda = device.type == 'cuda'
 
     def step():
         data = model.data_preprocessor(fake_batch(batch, shape), False)
-        if mode == 'predict':
-            model(**data, mode='predict')
-        else:
-            model(data['inputs'], data['data_samples'], mode='tensor')
+        with autocast_context(precision, device.type):
+            if mode == 'predict':
+                model(**data, mode='predict')
+            else:
+                model(data['inputs'], data['data_samples'], mode='tensor')
         if cuda:
             torch.cuda.synchronize()
 
@@ -67,7 +71,8 @@ def benchmark(model, shape, batch=1, iters=20, warmup=3, mode='predict'):
                 step()
                 times.append(time.perf_counter() - start)
     times = np.array(times)
-    result = dict(device=str(device), mode=mode, batch=batch, shape=list(shape), iters=iters,
+    result = dict(device=str(device), mode=mode, precision=precision, batch=batch,
+                  shape=list(shape), iters=iters,
                   images_per_s=batch * iters / times.sum(),
                   latency_ms={f'p{q}': float(np.percentile(times, q) * 1000) for q in (50, 90, 99)})
     if cuda:
@@ -88,6 +93,7 @@ def parse_args(argv=None):
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--mode', choices=['predict', 'tensor'], default='predict')
+    p.add_argument('--bf16', action='store_true', help='bf16 autocast (as tools/test.py --bf16)')
     p.add_argument('--threads', type=int, help='torch CPU threads')
     p.add_argument('--json', help='also write the results to this file')
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
@@ -100,13 +106,15 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     model = init_model(args.config, args.checkpoint, device=args.device,
                        cfg_options=args.cfg_options)
-    result = benchmark(model, tuple(args.shape), args.batch, args.iters, args.warmup, args.mode)
+    precision = 'bf16' if args.bf16 else 'fp32'
+    result = benchmark(model, tuple(args.shape), args.batch, args.iters, args.warmup, args.mode,
+                       precision)
     lat = result['latency_ms']
     memory = (f"peak memory {result['peak_memory_mb']:.1f} MiB" if 'peak_memory_mb' in result
               else f"peak RSS +{result['peak_rss_growth_mb']:.1f} MiB during the timed loop "
                    f"(process peak {result['peak_rss_mb']:.0f} MiB)")
     print(f"{args.config}: {result['images_per_s']:.2f} images/s "
-          f"(batch {args.batch}, {args.shape[0]}x{args.shape[1]}, {args.mode}, {result['device']}, "
+          f"(batch {args.batch}, {args.shape[0]}x{args.shape[1]}, {args.mode}, {precision}, {result['device']}, "
           f"{torch.get_num_threads()} threads); latency per batch p50 {lat['p50']:.1f} ms, "
           f"p90 {lat['p90']:.1f} ms, p99 {lat['p99']:.1f} ms; {memory}")
     if args.json:

@@ -15,6 +15,7 @@ from densevit.models.layers.pos_embed_builder import build_position_embedding
 from densevit.registry import MODELS
 from densevit.structures import box_cxcywh_to_xyxy, box_xyxy_to_cxcywh
 from densevit.utils.defaults import DEFAULT, resolve_default
+from densevit.utils.precision import at_least_fp32, run_in_fp32
 
 from ..losses.set_criterion import num_boxes_across_ranks
 from .denoising import DenoisingQueries
@@ -131,7 +132,9 @@ class DETRHead(BaseModule):
         tgt, query_pos, attn_mask, dn = self.build_queries(src.shape[0], data_samples)
         hs, _ = self.transformer(src.flatten(2).transpose(1, 2), mask.flatten(1), pos, query_pos,
                                  tgt=tgt, self_attn_mask=attn_mask)
-        out = dict(pred_logits=self.class_embed(hs), pred_boxes=self.bbox_embed(hs).sigmoid())
+        # the predictors run in float32 under bf16 autocast (densevit/utils/precision.py)
+        out = dict(pred_logits=run_in_fp32(self.class_embed, hs),
+                   pred_boxes=run_in_fp32(self.bbox_embed, hs).sigmoid())
         return self.split_denoising(out, dn)
 
     def get_targets(self, data_samples):
@@ -193,7 +196,9 @@ class DETRHead(BaseModule):
 
     def postprocess(self, logits, boxes, meta, rescale=True):
         """logits [Q, K+1], boxes [Q, 4] normalized cxcywh -> InstanceData in pixels
-        (softmax over K+1, best of the K object classes; top ``num_dets`` if set)."""
+        (softmax over K+1, best of the K object classes; top ``num_dets`` if set), in
+        float32 at least whatever the model's precision."""
+        logits, boxes = at_least_fp32(logits), at_least_fp32(boxes)
         scores, labels = logits.softmax(-1)[:, :-1].max(-1)
         if self.num_dets is not None:
             scores, keep = scores.topk(min(self.num_dets, len(scores)))

@@ -12,6 +12,8 @@ import copy
 import torch
 from torch import nn
 
+from densevit.utils.precision import run_in_fp32
+
 from .detr_transformer import FFN
 from .ms_deform_attn import MultiScaleDeformableAttention
 
@@ -177,7 +179,7 @@ class DeformableDetrTransformer(nn.Module):
             hs.append(out)
             refs.append(reference_points)
             if bbox_embed is not None:
-                delta = bbox_embed[i](out)
+                delta = run_in_fp32(bbox_embed[i], out)  # refinement in float32 under bf16
                 if reference_points.shape[-1] == 4:
                     new = delta + inverse_sigmoid(reference_points)
                 else:

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from densevit.utils.precision import at_least_fp32
+
 
 def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, attention_weights):
     """The sampling-and-weighting core of deformable attention.
@@ -115,7 +117,9 @@ class MultiScaleDeformableAttention(nn.Module):
         if value_padding_mask is not None:
             value = value.masked_fill(value_padding_mask[..., None], 0.0)
         value = value.view(B, value.shape[1], M, self.embed_dims // M)
-        offsets = self.sampling_offsets(query).view(B, Q, M, L, P, 2)
+        # sampling locations in float32 under bf16 autocast: bf16 cannot even hold a level
+        # width above 256 exactly (densevit/utils/precision.py)
+        offsets = at_least_fp32(self.sampling_offsets(query)).view(B, Q, M, L, P, 2)
         weights = self.attention_weights(query).view(B, Q, M, L * P).softmax(-1)
         weights = weights.view(B, Q, M, L, P)
         if reference_points.shape[-1] == 2:

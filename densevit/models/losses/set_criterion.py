@@ -7,6 +7,7 @@ from torch import nn
 from densevit.registry import MODELS, TASK_UTILS
 from densevit.structures import box_cxcywh_to_xyxy, generalized_box_iou
 from densevit.utils.defaults import DEFAULT, resolve_default
+from densevit.utils.precision import at_least_fp32
 
 
 def num_boxes_across_ranks(targets, device):
@@ -60,9 +61,7 @@ class SetCriterion(nn.Module):
         self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
         self.matcher = TASK_UTILS.build(matcher)
         self.loss_weights = dict(loss_weights)
-        class_weight = torch.ones(num_classes + 1)
-        class_weight[-1] = no_object_weight
-        self.register_buffer('class_weight', class_weight, persistent=False)
+        self.no_object_weight = no_object_weight
 
     def forward(self, outputs, targets, num_boxes, indices=None):
         """Weighted losses of one layer.
@@ -79,7 +78,9 @@ class SetCriterion(nn.Module):
         """
         if indices is None:
             indices = self.matcher(outputs, targets)
-        logits, boxes = outputs['pred_logits'], outputs['pred_boxes']
+        # losses in float32 at least: bf16 / fp16 logits raised, a float64 model stays float64
+        logits = at_least_fp32(outputs['pred_logits'])
+        boxes = at_least_fp32(outputs['pred_boxes'])
         batch_idx = torch.cat([torch.full_like(src, i) for i, (src, _) in enumerate(indices)])
         src_idx = torch.cat([src for src, _ in indices])
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64,
@@ -88,13 +89,15 @@ class SetCriterion(nn.Module):
             [t['labels'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(logits.device)
         if self.use_focal:
             onehot = F.one_hot(target_classes, self.num_classes + 1)[..., :-1].to(logits.dtype)
-            loss_cls = sigmoid_focal_loss(logits.float(), onehot.float(), self.focal_alpha,
+            loss_cls = sigmoid_focal_loss(logits, onehot, self.focal_alpha,
                                           self.focal_gamma).sum() / num_boxes
         else:
-            loss_cls = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
-                                       self.class_weight.to(logits.device))
+            # class weights made in the logits' dtype: no buffer for model.to(dtype) to round
+            class_weight = logits.new_ones(self.num_classes + 1)
+            class_weight[-1] = self.no_object_weight
+            loss_cls = F.cross_entropy(logits.transpose(1, 2), target_classes, class_weight)
 
-        src_boxes = boxes[batch_idx, src_idx].float()
+        src_boxes = boxes[batch_idx, src_idx]
         tgt_boxes = torch.cat(
             [t['boxes'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(src_boxes)
         loss_bbox = F.l1_loss(src_boxes, tgt_boxes, reduction='sum') / num_boxes

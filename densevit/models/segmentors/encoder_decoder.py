@@ -8,6 +8,7 @@ from densevit.models.heads.decode_head import class_argmax
 from densevit.models.segmentors.sliding_window import slide_logits
 from densevit.registry import MODELS
 from densevit.structures import DataSample
+from densevit.utils.precision import at_least_fp32
 
 
 def _prefixed(losses, prefix):
@@ -69,6 +70,7 @@ class EncoderDecoder(BaseModel):
         """[B, 3, H, W] -> [B, K, H, W] logits, resized bilinearly to the input size."""
         logits = self.decode_head.predict(self.extract_feat(inputs), batch_img_metas,
                                           self.test_cfg)
+        logits = at_least_fp32(logits)  # resized and argmaxed in float32 under bf16 autocast
         return F.interpolate(logits, size=inputs.shape[-2:], mode='bilinear',
                              align_corners=self.align_corners)
 

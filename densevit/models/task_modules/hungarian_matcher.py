@@ -4,6 +4,7 @@ from scipy.optimize import linear_sum_assignment
 
 from densevit.registry import TASK_UTILS
 from densevit.structures import box_cxcywh_to_xyxy, generalized_box_iou
+from densevit.utils.precision import at_least_fp32
 
 
 @TASK_UTILS.register_module()
@@ -36,11 +37,11 @@ class HungarianMatcher:
         """[B, Q, ΣN] matching cost of every prediction against every target of the batch."""
         logits, boxes = outputs['pred_logits'], outputs['pred_boxes']
         B, Q = logits.shape[:2]
-        prob = logits.flatten(0, 1).float()
+        prob = at_least_fp32(logits.flatten(0, 1))  # costs in float32 (float64 model: float64)
         prob = prob.sigmoid() if self.use_sigmoid else prob.softmax(-1)
-        out_boxes = boxes.flatten(0, 1).float()
+        out_boxes = at_least_fp32(boxes.flatten(0, 1))
         tgt_labels = torch.cat([t['labels'] for t in targets]).long()
-        tgt_boxes = torch.cat([t['boxes'] for t in targets]).float()
+        tgt_boxes = torch.cat([t['boxes'] for t in targets]).to(out_boxes)
         if self.focal:
             p = prob[:, tgt_labels]
             a, g = self.focal_alpha, self.focal_gamma

@@ -1,0 +1,110 @@
+"""SetCriterion / HungarianMatcher on bf16 and float64 predictions, and a DETR cast whole
+(``model.to(dtype)``): the no-object class weight follows the logits, losses are computed
+in float32 at least (float64 stays float64)."""
+import pytest
+import torch
+from mmengine.dataset import pseudo_collate
+from mmengine.registry import init_default_scope
+
+import densevit  # noqa: F401
+from densevit.apis import init_model
+from densevit.models.losses.set_criterion import SetCriterion
+
+from tiny_checkpoints import trained_checkpoint
+
+
+def outputs_and_targets(seed=0, B=2, Q=6, K=3):
+    g = torch.Generator().manual_seed(seed)
+    out = dict(pred_logits=torch.randn(B, Q, K + 1, generator=g, dtype=torch.float64),
+               pred_boxes=torch.rand(B, Q, 4, generator=g, dtype=torch.float64) * 0.5 + 0.25)
+    targets = [dict(labels=torch.tensor([0, 2]), boxes=torch.tensor([[.3, .3, .2, .2],
+                                                                      [.6, .5, .3, .4]])),
+               dict(labels=torch.tensor([1]), boxes=torch.tensor([[.5, .5, .4, .3]]))]
+    return out, targets
+
+
+@pytest.mark.parametrize('use_focal', [False, True])
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float64])
+def test_criterion_follows_the_logits_dtype(dtype, use_focal):
+    """The criterion cast to ``dtype`` (its class-weight buffer too) on ``dtype`` predictions
+    gives the float64 losses of the same values: exactly up to float32 rounding for bf16
+    inputs (computed in float32), to 1e-12 for float64."""
+    out, targets = outputs_and_targets()
+    out = {k: v.to(dtype) for k, v in out.items()}  # the values bf16 can hold
+    K = out['pred_logits'].shape[-1] - (0 if use_focal else 1)
+    if use_focal:
+        out['pred_logits'] = out['pred_logits'][..., :K]
+    criterion = SetCriterion(num_classes=K, use_focal=use_focal,
+                             matcher=dict(type='HungarianMatcher', focal=use_focal))
+    ref = SetCriterion(num_classes=K, use_focal=use_focal,
+                       matcher=dict(type='HungarianMatcher', focal=use_focal)).double()
+    losses = criterion.to(dtype)(out, targets, num_boxes=3.0)
+    expected = ref({k: v.double() for k, v in out.items()},
+                   [{k: v.double() if v.is_floating_point() else v for k, v in t.items()}
+                    for t in targets], num_boxes=3.0)
+    want = torch.float32 if dtype == torch.bfloat16 else torch.float64
+    for k, v in losses.items():
+        assert v.dtype == want, k
+        torch.testing.assert_close(v.double(), expected[k], rtol=1e-5 if want == torch.float32
+                                   else 1e-12, atol=0)
+
+
+@pytest.fixture(scope='module')
+def det(tmp_path_factory):
+    return trained_checkpoint(tmp_path_factory, 'det')
+
+
+@pytest.mark.parametrize('dtype', [torch.float64, torch.bfloat16])
+def test_whole_detr_cast_trains(det, dtype):
+    """``model.to(dtype)``: loss mode runs and gives fp32's losses (float64: to 1e-4;
+    bf16, 8-bit mantissas all through: to 10%)."""
+    from densevit.registry import DATASETS
+    model = init_model(det['config'], det['ckpt'])
+    init_default_scope('densevit')
+    dataset = DATASETS.build(model.cfg.train_dataloader.dataset)
+    batch = model.data_preprocessor(pseudo_collate([dataset[0], dataset[1]]), True)
+    ref = model(**batch, mode='loss')
+    model = model.to(dtype)
+    losses = model(batch['inputs'].to(dtype), batch['data_samples'], mode='loss')
+    for k, v in ref.items():
+        assert torch.isfinite(losses[k]), k
+        tol = 1e-4 if dtype == torch.float64 else 0.1
+        torch.testing.assert_close(losses[k].double(), v.double(), rtol=tol, atol=tol)
+    assert losses['loss_cls'].dtype == (torch.float64 if dtype == torch.float64
+                                        else torch.float32)
+
+
+@pytest.mark.parametrize('two_stage', [False, True])
+def test_deformable_detr_in_float64_and_bf16(two_stage):
+    """Deformable DETR (box refinement; two-stage) cast whole to float64: fp32's losses to
+    1e-4; under bf16 autocast its predictions stay float32 and its boxes within 1 pixel of
+    fp32's on a 64-pixel image (the decoder and predictors run in float32)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_deformable_detr import _model, _sample
+
+    from densevit.utils.precision import autocast_context
+    torch.manual_seed(0)
+    model = _model(refine=True, two_stage=two_stage)
+    x = torch.randn(2, 3, 64, 64)
+    samples = [_sample((64, 48), [[1, 2, 30, 40], [10, 10, 20, 20]], [0, 2]),
+               _sample((50, 64), [[5, 5, 40, 30]], [1])]
+    ref = model.train()(x, samples, mode='loss')
+    model.eval()
+    with torch.no_grad():
+        p32 = model(x, samples, mode='predict')
+        p32 = [p.pred_instances.clone() for p in p32]
+        with autocast_context('bf16', 'cpu'):
+            p16 = model(x, samples, mode='predict')
+    for a, b in zip(p32, p16, strict=True):
+        b = b.pred_instances
+        assert b.bboxes.dtype == b.scores.dtype == torch.float32
+        assert (b.scores - a.scores).abs().max() < 0.02
+        same = b.labels == a.labels  # top-k order may swap near-equal scores
+        assert same.float().mean() >= 0.5
+        assert (b.bboxes[same] - a.bboxes[same]).abs().max() < 1.0
+    losses = model.double().train()(x.double(), samples, mode='loss')
+    for k, v in ref.items():
+        assert losses[k].dtype == torch.float64, k
+        torch.testing.assert_close(losses[k].float(), v, rtol=1e-4, atol=1e-4)
