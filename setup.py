@@ -8,6 +8,10 @@ requirements = [
     if line.strip() and not line.startswith('#')
 ]
 
+# onnxscript: torch.onnx.export(dynamo=True); tested with onnx 1.23, onnxruntime 1.32,
+# onnxscript 0.7 (whose graph optimizer is not used: see densevit/deploy/export.py)
+DEPLOY = ['onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.5']
+
 setup(
     name='densevit',
     version='0.1.0',
@@ -21,7 +25,9 @@ setup(
     # transformers: the reference implementations the weight converters are proven against
     # ruff: the lint .ci/run runs (pinned: new releases add rules)
     extras_require={'tests': ['pytest>=7', 'transformers>=4.40,<6', 'safetensors>=0.4',
-                              'tensorboard>=2.10', 'ruff==0.17.6'],
+                              'tensorboard>=2.10', 'ruff==0.17.6', *DEPLOY],
                     # tools/train.py --tensorboard (mmengine's TensorboardVisBackend)
-                    'tensorboard': ['tensorboard>=2.10']},
+                    'tensorboard': ['tensorboard>=2.10'],
+                    # tools/deploy/export_onnx.py and densevit/deploy (ONNX Runtime backend)
+                    'deploy': DEPLOY},
 )

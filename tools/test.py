@@ -27,6 +27,10 @@ def parse_args(argv=None):
     p.add_argument('--non-strict', action='store_true',
                    help='evaluate even when some weights do not load (reported as WARNING '
                         'lines); by default any missing, unexpected or mis-shaped tensor stops')
+    p.add_argument('--backend', choices=['pytorch', 'onnxruntime'], default='pytorch',
+                   help='onnxruntime: CHECKPOINT is a file from tools/deploy/export_onnx.py, '
+                        'run with the same dataset, pipeline, data preprocessor, '
+                        'post-processing and metric (needs the deploy extra)')
     p.add_argument('--work-dir', help='where logs and metrics go')
     p.add_argument('--out', help='dump the raw predictions to this .pkl file')
     p.add_argument('--show-dir', help='write a PNG per image with its predictions to '
@@ -59,7 +63,12 @@ def main(argv=None):
     cfg.merge_from_dict(args.cfg_options)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
-    cfg.load_from = args.checkpoint
+    onnx = args.backend == 'onnxruntime'
+    cfg.load_from = None if onnx else args.checkpoint
+    if onnx and (args.tta or args.bf16):
+        print('densevit: --tta and --bf16 apply to PyTorch checkpoints, not to '
+              '--backend onnxruntime', file=sys.stderr)
+        return 1
     if (args.tta_ratios or args.tta_no_flip) and not args.tta:
         print('densevit: --tta-ratios / --tta-no-flip need --tta', file=sys.stderr)
         return 1
@@ -94,6 +103,19 @@ def main(argv=None):
         return 1
     runner = Runner.from_cfg(cfg)
     runner.strict_load = not args.non_strict
+    if onnx:
+        try:
+            from densevit.deploy.onnx_model import OnnxRuntimeModel
+            from densevit.deploy.runtime import OnnxGraphError
+        except ImportError as e:
+            print(f'densevit: --backend onnxruntime needs the deploy extra '
+                  f'(pip install -e .[deploy]): {e}', file=sys.stderr)
+            return 1
+        try:  # the network runs in ONNX Runtime; data handling and metric stay the same
+            runner.model = OnnxRuntimeModel(runner.model, args.checkpoint)
+        except OnnxGraphError as e:
+            print(f'densevit: {e}', file=sys.stderr)
+            return 1
     if args.out:
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     try:

@@ -45,3 +45,8 @@ class DeformableDETR(DETR):
     def padding_mask(inputs, feat, data_samples):
         """[B, H, W] bool at input resolution, True on batch padding."""
         return DETR.pixel_mask(inputs, data_samples)
+
+    @staticmethod
+    def feature_mask(pixel_mask, feat):
+        """The head takes the pixel mask [B, H, W] itself (it resizes it per level)."""
+        return pixel_mask

@@ -46,8 +46,13 @@ class DETR(BaseModel):
         Each image occupies the top-left ``img_shape`` of the padded batch; the pixel mask
         is resized to the feature grid by nearest neighbour, as in DETR.
         """
-        mask = DETR.pixel_mask(inputs, data_samples)
-        return F.interpolate(mask[None].float(), size=feat.shape[-2:])[0].bool()
+        return DETR.feature_mask(DETR.pixel_mask(inputs, data_samples), feat)
+
+    @staticmethod
+    def feature_mask(pixel_mask, feat):
+        """pixel_mask [B, H, W] bool -> the mask the head reads: [B, h, w] on the grid of
+        ``feat`` (nearest neighbour); also used by the exported graph (``densevit/deploy``)."""
+        return F.interpolate(pixel_mask[None].float(), size=feat.shape[-2:])[0].bool()
 
     @staticmethod
     def pixel_mask(inputs, data_samples):
@@ -61,6 +66,14 @@ class DETR(BaseModel):
                 m[:h, :w] = False
         return mask
 
+    def postprocess(self, logits, boxes, data_samples):
+        """The last decoder layer's logits [B, Q, C] and boxes [B, Q, 4] (normalised cxcywh)
+        -> ``data_samples`` with ``pred_instances`` (the head's ``postprocess`` per image);
+        shared by ``predict`` and the ONNX Runtime model (``densevit/deploy/onnx_model.py``)."""
+        for lg, bx, ds in zip(logits, boxes, data_samples, strict=True):
+            ds.pred_instances = self.bbox_head.postprocess(lg, bx, ds.metainfo)
+        return data_samples
+
     def forward(self, inputs, data_samples=None, mode='tensor'):
         """``mode``: 'loss' -> dict of losses; 'predict' -> DataSamples with ``pred_instances``;
         'tensor' -> the head's raw outputs (``data_samples`` may be None: no padding)."""
@@ -69,10 +82,8 @@ class DETR(BaseModel):
         if mode == 'loss':
             return self.bbox_head.loss(feat, mask, data_samples)
         if mode == 'predict':
-            results = self.bbox_head.predict(feat, mask, data_samples)
-            for ds, pred in zip(data_samples, results, strict=True):
-                ds.pred_instances = pred
-            return data_samples
+            out = self.bbox_head(feat, mask, data_samples)
+            return self.postprocess(out['pred_logits'][-1], out['pred_boxes'][-1], data_samples)
         if mode == 'tensor':
             return self.bbox_head(feat, mask, data_samples)
         raise ValueError(f"DETR.forward: mode must be 'loss', 'predict' or 'tensor', got {mode!r}")

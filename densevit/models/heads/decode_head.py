@@ -44,8 +44,9 @@ def pixel_accuracy(seg_logits, label, ignore_index=255):
 
 
 def resize(x, size, mode='bilinear', align_corners=False):
-    """Interpolate NCHW ``x`` to ``size`` = (h, w); a no-op when already there."""
-    if tuple(x.shape[-2:]) == tuple(size):
+    """Interpolate NCHW ``x`` to ``size`` = (h, w); a no-op when already there (not while
+    ``torch.export`` traces: comparing symbolic sizes would fix the graph to one size)."""
+    if not torch.compiler.is_exporting() and tuple(x.shape[-2:]) == tuple(size):
         return x
     if mode in ('nearest', 'area'):  # these modes take no align_corners
         return F.interpolate(x, size=size, mode=mode)

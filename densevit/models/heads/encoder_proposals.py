@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from densevit.models.layers.deformable_detr_transformer import inverse_sigmoid
+from densevit.models.layers.ms_deform_attn import level_shapes
 
 from .denoising import box_sine_embedding
 
@@ -18,7 +19,7 @@ def pixel_proposals(mask, spatial_shapes, base_size=0.05, eps=0.01):
 
     Args:
         mask (Tensor): [B, S] bool, True on padding (levels flattened one after another).
-        spatial_shapes (Tensor): [L, 2] (H_l, W_l).
+        spatial_shapes (Tensor | list): [L, 2] (H_l, W_l).
         base_size (float): proposal width = height on level 0, doubled per level.
         eps (float): proposals with a coordinate outside (eps, 1 − eps) are invalid.
 
@@ -28,7 +29,7 @@ def pixel_proposals(mask, spatial_shapes, base_size=0.05, eps=0.01):
     """
     B = mask.shape[0]
     boxes, start = [], 0
-    for lvl, (H, W) in enumerate(spatial_shapes.tolist()):
+    for lvl, (H, W) in enumerate(level_shapes(spatial_shapes)):
         m = mask[:, start:start + H * W].view(B, H, W)
         start += H * W
         size = torch.stack([(~m[:, 0, :]).sum(1), (~m[:, :, 0]).sum(1)], -1).float()  # w, h

@@ -60,7 +60,9 @@ class SETRMLAHead(DecodeHead):
         inputs = self._select_inputs(inputs)
         # SETR's levels share one size (x up_scale); a pyramid's deeper levels are brought
         # to the first level's upsampled size so any multi-scale backbone fits
-        size = [int(s * self.up_scale) for s in inputs[0].shape[-2:]]
+        # (an int scale keeps the sizes symbolic for ONNX export: int() would fix them)
+        up = self.up_scale
+        size = [s * up if isinstance(up, int) else int(s * up) for s in inputs[0].shape[-2:]]
         outs = [F.interpolate(branch(x), size=size, mode='bilinear',
                               align_corners=self.align_corners)
                 for branch, x in zip(self.branches, inputs, strict=True)]

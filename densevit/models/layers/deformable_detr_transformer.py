@@ -15,7 +15,7 @@ from torch import nn
 from densevit.utils.precision import run_in_fp32
 
 from .detr_transformer import FFN
-from .ms_deform_attn import MultiScaleDeformableAttention
+from .ms_deform_attn import MultiScaleDeformableAttention, level_shapes
 
 
 def inverse_sigmoid(x, eps=1e-5):
@@ -38,12 +38,14 @@ def valid_ratios(masks):
 
 def encoder_reference_points(spatial_shapes, ratios):
     """Pixel centres of every level, normalised by the valid (unpadded) size, seen from
-    every level: spatial_shapes [L, 2], ratios [B, L, 2] -> [B, S, L, 2] (x, y)."""
+    every level: spatial_shapes [L, 2] (tensor or pairs), ratios [B, L, 2] -> [B, S, L, 2] (x, y).
+    The centres are ``arange + 0.5`` (equal to ``linspace(0.5, H - 0.5, H)``; exportable with
+    a symbolic H)."""
     refs = []
-    for lvl, (H, W) in enumerate(spatial_shapes.tolist()):
+    for lvl, (H, W) in enumerate(level_shapes(spatial_shapes)):
         y, x = torch.meshgrid(
-            torch.linspace(0.5, H - 0.5, H, dtype=torch.float32, device=ratios.device),
-            torch.linspace(0.5, W - 0.5, W, dtype=torch.float32, device=ratios.device),
+            torch.arange(H, dtype=torch.float32, device=ratios.device) + 0.5,
+            torch.arange(W, dtype=torch.float32, device=ratios.device) + 0.5,
             indexing='ij')
         y = y.reshape(-1)[None] / (ratios[:, None, lvl, 1] * H)
         x = x.reshape(-1)[None] / (ratios[:, None, lvl, 0] * W)
@@ -136,9 +138,10 @@ class DeformableDetrTransformer(nn.Module):
     @staticmethod
     def flatten_levels(srcs, masks, pos_embeds, level_embed):
         """Per-level [B, D, H_l, W_l] maps, masks [B, H_l, W_l], positions -> src [B, S, D],
-        mask [B, S], pos [B, S, D] (+ level embedding), spatial_shapes [L, 2] (long)."""
-        shapes = torch.as_tensor([s.shape[-2:] for s in srcs], dtype=torch.long,
-                                 device=srcs[0].device)
+        mask [B, S], pos [B, S, D] (+ level embedding), spatial_shapes: [(H_l, W_l)] per
+        level, Python sizes (symbolic under ``torch.export``, so an exported graph takes
+        any input size; a [L, 2] tensor's values would be baked in)."""
+        shapes = [tuple(s.shape[-2:]) for s in srcs]
         src = torch.cat([s.flatten(2).transpose(1, 2) for s in srcs], 1)
         mask = torch.cat([m.flatten(1) for m in masks], 1)
         pos = torch.cat([p.flatten(2).transpose(1, 2) + level_embed[lvl]

@@ -17,13 +17,22 @@ from torch import nn
 from densevit.utils.precision import at_least_fp32
 
 
+def level_shapes(spatial_shapes):
+    """[(H_l, W_l), ...] from a [L, 2] tensor or a sequence of pairs. Pairs are kept as
+    they are, so sizes read from ``tensor.shape`` stay symbolic under ``torch.export``
+    (a tensor's values would be data-dependent there, and ``int()`` would fix them)."""
+    if torch.is_tensor(spatial_shapes):
+        return [tuple(hw) for hw in spatial_shapes.tolist()]
+    return [tuple(hw) for hw in spatial_shapes]
+
+
 def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, attention_weights):
     """The sampling-and-weighting core of deformable attention.
 
     Args:
         value (Tensor): [B, S, M, Dh] projected values of all levels, flattened
             level after level (S = Σ H_l·W_l), M heads of Dh channels.
-        spatial_shapes (Tensor | list): [L, 2] (H_l, W_l) per level.
+        spatial_shapes (Tensor | list): [L, 2] (H_l, W_l) per level (see ``level_shapes``).
         sampling_locations (Tensor): [B, Q, M, L, P, 2] (x, y) in [0, 1] of each level.
         attention_weights (Tensor): [B, Q, M, L, P], already normalised.
 
@@ -35,7 +44,7 @@ def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, atten
     """
     B, S, M, Dh = value.shape
     _, Q, _, L, P, _ = sampling_locations.shape
-    shapes = [(int(h), int(w)) for h, w in spatial_shapes]
+    shapes = level_shapes(spatial_shapes)
     # level-major copies of the (small) grids and weights, so each level's slice is
     # contiguous: grid_sample and the weighted sum are markedly slower on strided ones
     grids = (2 * sampling_locations - 1).permute(3, 0, 2, 1, 4, 5).reshape(L, B * M, Q, P, 2)
@@ -105,7 +114,7 @@ class MultiScaleDeformableAttention(nn.Module):
                 [B, Q, L, 4] boxes (cx, cy, w, h): offsets are then scaled by the box
                 half-size / P instead of by the level's size.
             value (Tensor): [B, S, D] flattened multi-scale features.
-            spatial_shapes (Tensor): [L, 2] (H_l, W_l).
+            spatial_shapes (Tensor | list): [L, 2] (H_l, W_l) (see ``level_shapes``).
             value_padding_mask (Tensor | None): [B, S] bool, True = padding (zeroed).
 
         Returns:
@@ -124,9 +133,13 @@ class MultiScaleDeformableAttention(nn.Module):
         weights = weights.view(B, Q, M, L, P)
         if reference_points.shape[-1] == 2:
             # offsets are in pixels of each level: divide by (W_l, H_l)
-            normalizer = spatial_shapes.flip(-1).to(offsets)  # [L, 2] (W, H)
-            locations = (reference_points[:, :, None, :, None, :]
-                         + offsets / normalizer[None, None, None, :, None, :])
+            # per level, dividing by the sizes themselves: a tensor made of them would
+            # fix an exported graph to one input size
+            offsets = torch.stack([torch.stack([offsets[:, :, :, lvl, :, 0] / w,
+                                                offsets[:, :, :, lvl, :, 1] / h], -1)
+                                   for lvl, (h, w) in enumerate(level_shapes(spatial_shapes))],
+                                  3)
+            locations = reference_points[:, :, None, :, None, :] + offsets
         elif reference_points.shape[-1] == 4:
             locations = (reference_points[:, :, None, :, None, :2] + offsets / P
                          * reference_points[:, :, None, :, None, 2:] * 0.5)

@@ -34,7 +34,8 @@ def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens, mode='bicubic'
         [1, E + h1*w1, D]; ``pos_embed`` itself when the sizes match.
     """
     src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
-    if src_hw == dst_hw:
+    # under torch.export dst_hw is symbolic: comparing would fix the graph to one size
+    if not torch.compiler.is_exporting() and src_hw == dst_hw:
         return pos_embed
     h0, w0 = src_hw
     _, n, d = pos_embed.shape

@@ -107,8 +107,18 @@ class EncoderDecoder(BaseModel):
             shape = tuple(inputs.shape[-2:])
             data_samples = [DataSample(metainfo=dict(img_shape=shape, ori_shape=shape))
                             for _ in range(len(inputs))]
-        metas = [ds.metainfo for ds in data_samples]
-        logits = self.inference(inputs, metas)
+        logits = self.inference(inputs, [ds.metainfo for ds in data_samples])
+        return self.postprocess(logits, data_samples)
+
+    def postprocess(self, logits, data_samples):
+        """[B, K, H, W] logits of the padded batch -> ``data_samples`` with ``seg_logits``
+        [K, h0, w0] and ``pred_sem_seg`` [1, h0, w0] (see :meth:`predict`); shared by
+        :meth:`predict` and the ONNX Runtime model (``densevit/deploy/onnx_model.py``).
+        Without ``data_samples`` the logits are taken as unpadded and unresized."""
+        if data_samples is None:
+            shape = tuple(logits.shape[-2:])
+            data_samples = [DataSample(metainfo=dict(img_shape=shape, ori_shape=shape))
+                            for _ in range(len(logits))]
         for ds, seg in zip(data_samples, logits, strict=True):
             seg = self.restore(seg, ds.metainfo)
             ds.seg_logits = PixelData(data=seg)

@@ -1,0 +1,72 @@
+"""Run an exported graph with ONNX Runtime, after checking it is the graph expected."""
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .export import MIN_OPSET
+from .graphs import DET_INPUTS, DET_OUTPUTS, SEG_INPUTS, SEG_OUTPUTS
+
+EXPECTED = dict(seg=(SEG_INPUTS, SEG_OUTPUTS), det=(DET_INPUTS, DET_OUTPUTS))
+
+
+class OnnxGraphError(ValueError):
+    """An ONNX file that is not the graph a densevit model of this task exports."""
+
+
+def check_onnx_file(path, task):
+    """Raise :class:`OnnxGraphError` unless the file at ``path`` has the input / output
+    names of a ``task`` ('seg' or 'det') graph and an opset >= ``MIN_OPSET``."""
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise OnnxGraphError(f'densevit.deploy: {path}: no such ONNX file')
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # noqa: BLE001  (a file that is not ONNX at all)
+        raise OnnxGraphError(f'densevit.deploy: {path} is not a readable ONNX file '
+                             f'({type(e).__name__}: {e})') from e
+    inputs, outputs = EXPECTED[task]
+    got_in = tuple(i.name for i in proto.graph.input)
+    got_out = tuple(o.name for o in proto.graph.output)
+    kind = 'segmentor' if task == 'seg' else 'detector'
+    if got_in != inputs or got_out[:len(outputs)] != outputs:
+        raise OnnxGraphError(
+            f'densevit.deploy: {path} has inputs {list(got_in)} and outputs {list(got_out)}, '
+            f'but a densevit {kind} graph has inputs {list(inputs)} and outputs '
+            f'{list(outputs)}: export it with tools/deploy/export_onnx.py from the same config')
+    opset = max((o.version for o in proto.opset_import if o.domain in ('', 'ai.onnx')),
+                default=0)
+    if opset < MIN_OPSET:
+        raise OnnxGraphError(f'densevit.deploy: {path} uses ONNX opset {opset}; densevit '
+                             f'graphs need opset >= {MIN_OPSET} (re-export with --opset)')
+
+
+class OnnxGraph:
+    """An ONNX Runtime session on a checked densevit graph, called like the PyTorch graph.
+
+    ``graph(inputs)`` (segmentation) -> seg_logits [B, K, H, W];
+    ``graph(inputs, pixel_mask)`` (detection) -> (pred_logits [B, Q, C], pred_boxes [B, Q, 4]);
+    torch tensors in and out (on the CPU).
+    """
+
+    def __init__(self, path, task, providers=('CPUExecutionProvider',), threads=None):
+        import onnxruntime as ort
+
+        check_onnx_file(path, task)
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self.task = task
+        self.input_names, self.output_names = EXPECTED[task]
+        self.session = ort.InferenceSession(str(path), options, providers=list(providers))
+
+    def __call__(self, *tensors):
+        feed = {}
+        for name, t in zip(self.input_names, tensors, strict=True):
+            t = t.detach().cpu()
+            feed[name] = t.numpy() if t.dtype == torch.bool else t.float().numpy()
+        outs = self.session.run(list(self.output_names), feed)
+        outs = [torch.from_numpy(np.ascontiguousarray(o)) for o in outs]
+        return outs[0] if self.task == 'seg' else tuple(outs)

@@ -1,0 +1,93 @@
+"""ONNX Runtime on an exported graph equals PyTorch within 1e-4: the graph's outputs at three
+image sizes (dynamic batch / height / width), and the predictions of a padded batch of mixed
+sizes through the shared post-processing (``OnnxRuntimeModel`` against ``model.predict``)."""
+import pytest
+import torch
+from onnx_cases import DET, SEG
+
+from densevit.deploy.graphs import graph_for
+from densevit.deploy.onnx_model import OnnxRuntimeModel
+from densevit.deploy.runtime import OnnxGraph
+from densevit.structures import DataSample
+
+TOL = 1e-4
+SIZES = [(1, 96, 96), (2, 80, 112), (3, 112, 72)]  # (batch, H, W), none the export example's
+
+
+def _inputs(B, H, W, seed=1):
+    return torch.randn(B, 3, H, W, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize('name', SEG + DET)
+def test_graph_outputs_equal_at_three_sizes(exported, name):
+    model, path = exported(name)
+    task = 'seg' if name in SEG else 'det'
+    ort_graph, torch_graph = OnnxGraph(path, task), graph_for(model)
+    for B, H, W in SIZES:
+        x = _inputs(B, H, W)
+        args = (x,) if task == 'seg' else (x, torch.zeros(B, H, W, dtype=torch.bool))
+        with torch.no_grad():
+            ref = torch_graph(*args)
+        got = ort_graph(*args)
+        ref, got = (ref, got) if task == 'det' else ((ref,), (got,))
+        for r, g in zip(ref, got, strict=True):
+            assert g.shape == r.shape, (name, (B, H, W))
+            diff = (g - r).abs().max().item()
+            assert diff <= TOL, f'{name} at {(B, H, W)}: max |ORT - PyTorch| = {diff:.2e}'
+
+
+def _padded_batch():
+    """Two images of different sizes padded bottom / right into one [2, 3, 96, 96] batch,
+    the first resized from a larger original (its predictions are scaled back)."""
+    shapes = [(72, 96), (96, 56)]
+    x = torch.zeros(2, 3, 96, 96)
+    samples = []
+    for i, (h, w) in enumerate(shapes):
+        x[i, :, :h, :w] = _inputs(1, h, w, seed=10 + i)[0]
+        scale = 2.0 if i == 0 else 1.0
+        samples.append(DataSample(metainfo=dict(
+            img_shape=(h, w), ori_shape=(int(h * scale), int(w * scale)),
+            scale_factor=(1 / scale, 1 / scale), pad_shape=(96, 96),
+            batch_input_shape=(96, 96))))
+    return x, samples
+
+
+def _fresh(samples):
+    return [DataSample(metainfo=dict(ds.metainfo)) for ds in samples]
+
+
+@pytest.mark.parametrize('name', SEG + DET)
+def test_padded_batch_predictions_equal(exported, name):
+    model, path = exported(name)
+    onnx_model = OnnxRuntimeModel(model, path)
+    x, samples = _padded_batch()
+    with torch.no_grad():
+        ref = model(x, _fresh(samples), mode='predict')
+    got = onnx_model(x, _fresh(samples), mode='predict')
+    for r, g in zip(ref, got, strict=True):
+        if name in SEG:
+            assert g.seg_logits.data.shape == r.seg_logits.data.shape
+            assert r.seg_logits.data.shape[1:] == r.ori_shape
+            assert (g.seg_logits.data - r.seg_logits.data).abs().max() <= TOL
+            assert torch.equal(g.pred_sem_seg.data, r.pred_sem_seg.data)
+        else:
+            rp, gp = r.pred_instances, g.pred_instances
+            assert torch.equal(gp.labels, rp.labels)
+            assert (gp.scores - rp.scores).abs().max() <= TOL
+            # pixels of the original image: the 1e-4 holds on the normalised boxes
+            assert (gp.bboxes - rp.bboxes).abs().max() <= TOL * max(r.ori_shape)
+
+
+def test_padding_mask_is_an_input_of_the_detector_graph(exported):
+    """The mask changes the answer (so a padded batch cannot be right by accident) and ORT
+    follows it: padding the second image differently changes ORT's outputs as PyTorch's."""
+    model, path = exported('detr_vit')
+    ort_graph, torch_graph = OnnxGraph(path, 'det'), graph_for(model)
+    x = _inputs(2, 96, 96)
+    mask = torch.zeros(2, 96, 96, dtype=torch.bool)
+    mask[1, 56:] = True
+    with torch.no_grad():
+        ref, ref_nopad = torch_graph(x, mask), torch_graph(x, torch.zeros_like(mask))
+    got = ort_graph(x, mask)
+    assert (ref[0][1] - ref_nopad[0][1]).abs().max() > 1e-3
+    assert (got[0] - ref[0]).abs().max() <= TOL and (got[1] - ref[1]).abs().max() <= TOL
