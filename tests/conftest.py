@@ -4,6 +4,8 @@ import logging
 import pytest
 from mmengine.logging import MMLogger
 
+from tiny_checkpoints import trained_checkpoint
+
 
 @pytest.fixture
 def log_lines():
@@ -15,3 +17,15 @@ def log_lines():
     logger.addHandler(handler)
     yield records
     logger.removeHandler(handler)
+
+
+@pytest.fixture(scope='module')
+def det(tmp_path_factory):
+    """The tiny trained detector of the session (tests/tools/tiny_checkpoints.py)."""
+    return trained_checkpoint(tmp_path_factory, 'det')
+
+
+@pytest.fixture(scope='module')
+def seg(tmp_path_factory):
+    """The tiny trained segmentor of the session (tests/tools/tiny_checkpoints.py)."""
+    return trained_checkpoint(tmp_path_factory, 'seg')

@@ -10,24 +10,9 @@ import densevit  # noqa: F401
 from densevit.apis import inference, init_model
 from densevit.utils.precision import at_least_fp32, autocast_context, run_in_fp32
 
-from tiny_checkpoints import trained_checkpoint
+from tiny_checkpoints import val_images
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope='module')
-def det(tmp_path_factory):
-    return trained_checkpoint(tmp_path_factory, 'det')
-
-
-@pytest.fixture(scope='module')
-def seg(tmp_path_factory):
-    return trained_checkpoint(tmp_path_factory, 'seg')
-
-
-def val_images(run, n):
-    folder = 'val' if (Path(run['data_root']) / 'val').is_dir() else 'images/validation'
-    return sorted((Path(run['data_root']) / folder).glob('*.png'))[:n]
 
 
 def test_precision_helpers():

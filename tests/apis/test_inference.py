@@ -1,8 +1,6 @@
 """densevit.apis: init_model + inference on paths, arrays and lists, for both tasks."""
-from pathlib import Path
 
 import cv2
-import pytest
 import torch
 from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
@@ -13,23 +11,7 @@ from densevit.apis import inference, init_model
 from densevit.registry import DATASETS
 from densevit.structures import DataSample
 
-from tiny_checkpoints import trained_checkpoint
-
-
-@pytest.fixture(scope='module')
-def det(tmp_path_factory):
-    return trained_checkpoint(tmp_path_factory, 'det')
-
-
-@pytest.fixture(scope='module')
-def seg(tmp_path_factory):
-    return trained_checkpoint(tmp_path_factory, 'seg')
-
-
-def val_images(run):
-    folder = ('val' if (Path(run['data_root']) / 'val').is_dir()
-              else 'images/validation')
-    return sorted((Path(run['data_root']) / folder).glob('*.png'))
+from tiny_checkpoints import val_images
 
 
 def test_detector_on_path_array_and_list(det):

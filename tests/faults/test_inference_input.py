@@ -1,5 +1,4 @@
 """Arrays that inference() takes or refuses, as documented (issue #14, item 3)."""
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -8,23 +7,14 @@ import torch
 
 from densevit.apis import inference, init_model
 
-from tiny_checkpoints import trained_checkpoint
-
-
-@pytest.fixture(scope='module')
-def det(tmp_path_factory):
-    return trained_checkpoint(tmp_path_factory, 'det')
-
-
-def first_val_image(run):
-    return sorted((Path(run['data_root']) / 'val').glob('*.png'))[0]
+from tiny_checkpoints import val_images
 
 
 def test_gray_bgra_and_float_arrays(det):
     """H x W and H x W x 1 gray, BGRA and float 0..1 give what the equivalent BGR uint8
     image gives; float values outside 0..1 and other shapes are refused, naming them."""
     model = init_model(det['config'], det['ckpt'])
-    bgr = cv2.imread(str(first_val_image(det)))
+    bgr = cv2.imread(str(val_images(det, 1)[0]))
     gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
     expected = inference(model, np.repeat(gray[..., None], 3, axis=2)).pred_instances
     for img in (gray, gray[..., None], gray.astype(np.float32) / 255):

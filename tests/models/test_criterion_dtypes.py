@@ -10,8 +10,6 @@ import densevit  # noqa: F401
 from densevit.apis import init_model
 from densevit.models.losses.set_criterion import SetCriterion
 
-from tiny_checkpoints import trained_checkpoint
-
 
 def outputs_and_targets(seed=0, B=2, Q=6, K=3):
     g = torch.Generator().manual_seed(seed)
@@ -47,11 +45,6 @@ def test_criterion_follows_the_logits_dtype(dtype, use_focal):
         assert v.dtype == want, k
         torch.testing.assert_close(v.double(), expected[k], rtol=1e-5 if want == torch.float32
                                    else 1e-12, atol=0)
-
-
-@pytest.fixture(scope='module')
-def det(tmp_path_factory):
-    return trained_checkpoint(tmp_path_factory, 'det')
 
 
 @pytest.mark.parametrize('dtype', [torch.float64, torch.bfloat16])

@@ -9,18 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tiny_checkpoints import trained_checkpoint
 from tiny_run import load_tool
-
-
-@pytest.fixture(scope='module')
-def det(tmp_path_factory):
-    return trained_checkpoint(tmp_path_factory, 'det')
-
-
-@pytest.fixture(scope='module')
-def seg(tmp_path_factory):
-    return trained_checkpoint(tmp_path_factory, 'seg')
 
 
 def write_video(path, frames):

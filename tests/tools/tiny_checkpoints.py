@@ -24,3 +24,10 @@ def trained_checkpoint(tmp_path_factory, kind):
     config = str(root / ('tiny.py' if kind == 'det' else 'tiny_seg.py'))
     data_root = root / ('shapes' if kind == 'det' else 'shapes_seg')
     return dict(config=config, ckpt=str(ckpt), data_root=data_root, root=root)
+
+
+def val_images(run, n=None):
+    """The first ``n`` (all: None) validation images of a :func:`trained_checkpoint` run."""
+    root = Path(run['data_root'])
+    folder = 'val' if (root / 'val').is_dir() else 'images/validation'
+    return sorted((root / folder).glob('*.png'))[:n]
