@@ -10,16 +10,24 @@ both; printed: each round's times, the medians and the speed-up. Random weights 
 checkpoint is given (speed does not depend on them).
 """
 import argparse
+import importlib.util
 import statistics
 import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools' / 'analysis'))
-from benchmark import benchmark  # noqa: E402
+from densevit.apis import init_model
 
-from densevit.apis import init_model  # noqa: E402
+_TOOL = Path(__file__).resolve().parents[1] / 'tools' / 'analysis' / 'benchmark.py'
+
+
+def _benchmark_tool():
+    """tools/analysis/benchmark.py as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location('densevit_tool_benchmark', _TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv=None):
@@ -33,6 +41,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    benchmark = _benchmark_tool().benchmark
     model = init_model(args.config, args.checkpoint)
     times = {'fp32': [], 'bf16': []}
     for r in range(args.rounds):

@@ -43,11 +43,11 @@ def model_layouts(state_dict):
 
 def drop_non_weights(state_dict, source='checkpoint', logger='current'):
     """``state_dict`` without EMA copies / data-preprocessor buffers (logged with a count)."""
-    skipped = [k for k in state_dict if re.fullmatch(_NOT_WEIGHTS, k)]
+    skipped = {k for k in state_dict if re.fullmatch(_NOT_WEIGHTS, k)}
     if not skipped:
         return state_dict
     print_log(f'{source}: skipped {len(skipped)} key(s) that are not model weights (EMA copy, '
-              f'data preprocessor): {skipped[:_SHOW]}{"..." if len(skipped) > _SHOW else ""}',
+              f'data preprocessor): {sorted(skipped)[:_SHOW]}{"..." if len(skipped) > _SHOW else ""}',
               logger=logger)
     return OrderedDict((k, v) for k, v in state_dict.items() if k not in skipped)
 

@@ -64,7 +64,7 @@ class CorruptCheckpointError(RuntimeError):
     not a checkpoint at all."""
 
 
-def load_checkpoint_safely(path, map_location='cpu'):
+def load_checkpoint_safely(path, map_location='cpu', mmap=False):
     """``torch.load(path, weights_only=True)`` with errors that say what is wrong.
 
     - a pickled object outside the allow-list (e.g. ``os.system`` through
@@ -72,7 +72,8 @@ def load_checkpoint_safely(path, map_location='cpu'):
       :class:`UnsafeCheckpointError` naming the file and the global it asked for;
     - a truncated or corrupt file (an interrupted copy or save) raises
       :class:`CorruptCheckpointError` (a ``RuntimeError``) naming the file.
-    Never falls back to ``weights_only=False``.
+    Never falls back to ``weights_only=False``. ``mmap=True`` maps the tensors
+    instead of reading them (a cheap check that a file is whole and safe).
     """
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
@@ -80,7 +81,7 @@ def load_checkpoint_safely(path, map_location='cpu'):
     if path.endswith('.safetensors'):  # tensors only by construction
         return _load_safetensors(path, map_location)
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         # name the global; torch's own advice (allow-list it) is not repeated
         found = re.search(r'GLOBAL ([\w.]+)', str(e))

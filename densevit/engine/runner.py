@@ -182,8 +182,8 @@ def newest_intact_checkpoint(work_dir, logger):
     candidates = list(dict.fromkeys(([latest] if latest else []) + saved))
     broken = []
     for path in candidates:
-        try:
-            load_checkpoint_safely(path)
+        try:  # mapped, not read: resume() reads the chosen one
+            load_checkpoint_safely(path, mmap=True)
         except (CorruptCheckpointError, FileNotFoundError) as e:
             broken.append(path)
             logger.warning(f'--resume: skipping {path}: {e}')

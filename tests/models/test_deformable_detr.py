@@ -159,3 +159,34 @@ def test_topk_postprocess_hand_case():
     assert torch.allclose(res.scores, torch.tensor([5.0, 4.0, 3.0]).sigmoid())
     assert torch.allclose(res.bboxes, torch.tensor([[80., 40., 120., 60.], [0., 0., 100., 50.],
                                                     [0., 0., 100., 50.]]))
+
+
+@pytest.mark.parametrize('two_stage', [False, True])
+def test_deformable_detr_in_float64_and_bf16(two_stage):
+    """Deformable DETR (box refinement; two-stage) cast whole to float64: fp32's losses to
+    1e-4; under bf16 autocast its predictions stay float32 and its boxes within 1 pixel of
+    fp32's on a 64-pixel image (the decoder and predictors run in float32)."""
+    from densevit.utils.precision import autocast_context
+    torch.manual_seed(0)
+    model = _model(refine=True, two_stage=two_stage)
+    x = torch.randn(2, 3, 64, 64)
+    samples = [_sample((64, 48), [[1, 2, 30, 40], [10, 10, 20, 20]], [0, 2]),
+               _sample((50, 64), [[5, 5, 40, 30]], [1])]
+    ref = model.train()(x, samples, mode='loss')
+    model.eval()
+    with torch.no_grad():
+        p32 = model(x, samples, mode='predict')
+        p32 = [p.pred_instances.clone() for p in p32]
+        with autocast_context('bf16', 'cpu'):
+            p16 = model(x, samples, mode='predict')
+    for a, b in zip(p32, p16, strict=True):
+        b = b.pred_instances
+        assert b.bboxes.dtype == b.scores.dtype == torch.float32
+        assert (b.scores - a.scores).abs().max() < 0.02
+        same = b.labels == a.labels  # top-k order may swap near-equal scores
+        assert same.float().mean() >= 0.5
+        assert (b.bboxes[same] - a.bboxes[same]).abs().max() < 1.0
+    losses = model.double().train()(x.double(), samples, mode='loss')
+    for k, v in ref.items():
+        assert losses[k].dtype == torch.float64, k
+        torch.testing.assert_close(losses[k].float(), v, rtol=1e-4, atol=1e-4)
