@@ -32,7 +32,7 @@ from densevit.models.backbones.swin import SwinTransformer
 from densevit.models.backbones.vit import VisionTransformer
 
 
-def timed(fn_a, fn_b, x, repeats):
+def timed(fn_a, fn_b, x, repeats, grad=False):
     """Forward times of two models, their runs interleaved (A B, then B A, ...).
 
     Timing one model's repeats and then the other's lets load from other processes
@@ -40,11 +40,13 @@ def timed(fn_a, fn_b, x, repeats):
     order flipped every repeat, gives both the same share of it, and the ratio of each
     adjacent pair cancels what drifts slower than one pair.
 
+    ``grad=True`` runs them with autograd on (training steps), else under ``no_grad``.
+
     Returns:
         (median seconds of A, median seconds of B, median of the per-repeat B / A).
     """
     times = ([], [])
-    with torch.no_grad():
+    with torch.set_grad_enabled(grad):
         fn_a(x)  # warm-up
         fn_b(x)
         for r in range(repeats):

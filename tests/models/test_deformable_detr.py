@@ -183,9 +183,12 @@ def test_deformable_detr_in_float64_and_bf16(two_stage):
         b = b.pred_instances
         assert b.bboxes.dtype == b.scores.dtype == torch.float32
         assert (b.scores - a.scores).abs().max() < 0.02
-        same = b.labels == a.labels  # top-k order may swap near-equal scores
-        assert same.float().mean() >= 0.5
-        assert (b.bboxes[same] - a.bboxes[same]).abs().max() < 1.0
+        # top-k order may swap near-equal scores: each bf16 box against the nearest fp32
+        # box of its label
+        dist = (b.bboxes[:, None] - a.bboxes[None]).abs().amax(-1)
+        dist[b.labels[:, None] != a.labels[None]] = float('inf')
+        nearest = dist.amin(1)
+        assert (nearest < 1.0).float().mean() >= 0.5, nearest
     losses = model.double().train()(x.double(), samples, mode='loss')
     for k, v in ref.items():
         assert losses[k].dtype == torch.float64, k

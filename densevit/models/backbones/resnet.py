@@ -7,6 +7,7 @@ as the CNN stem of the hybrid ViT.
 """
 from collections.abc import Sequence
 
+import torch
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
 from torch import nn
@@ -15,6 +16,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from densevit.checkpoint.load import loads_pretrained
 from densevit.checkpoint.resnet import convert_resnet
 from densevit.models.layers import frozen_bn  # noqa: F401  registers norm type 'FrozenBN'
+from densevit.models.layers.conv_norm import conv_norm
 from densevit.registry import MODELS
 from densevit.utils.defaults import DEFAULT, resolve_default
 
@@ -23,6 +25,11 @@ from .freeze import freeze
 
 def _norm(norm_cfg, channels):
     return build_norm_layer(norm_cfg, channels)[1]
+
+
+def _downsample(downsample, x):
+    """The shortcut's 1x1 convolution and norm (``downsample.0``, ``.1``)."""
+    return conv_norm(downsample[0], downsample[1], x)
 
 
 class BasicBlock(nn.Module):
@@ -43,14 +50,13 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, padding=dilation, dilation=dilation,
                                bias=False)
         self.bn2 = _norm(norm_cfg, planes)
-        self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
 
     def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return self.relu(out + identity)
+        identity = x if self.downsample is None else _downsample(self.downsample, x)
+        out = conv_norm(self.conv1, self.bn1, x).relu_()
+        out = conv_norm(self.conv2, self.bn2, out)
+        return out.add_(identity).relu_()
 
 
 class Bottleneck(nn.Module):
@@ -76,15 +82,14 @@ class Bottleneck(nn.Module):
         self.bn2 = _norm(norm_cfg, planes)
         self.conv3 = nn.Conv2d(planes, planes * self.expansion, 1, bias=False)
         self.bn3 = _norm(norm_cfg, planes * self.expansion)
-        self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
 
     def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
+        identity = x if self.downsample is None else _downsample(self.downsample, x)
+        out = conv_norm(self.conv1, self.bn1, x).relu_()
+        out = conv_norm(self.conv2, self.bn2, out).relu_()
+        out = conv_norm(self.conv3, self.bn3, out)
+        return out.add_(identity).relu_()
 
 
 @MODELS.register_module()
@@ -113,12 +118,19 @@ class ResNet(BaseModule):
         stage_blocks (Sequence[int], optional): blocks per stage instead of the
             depth's (the depth then only picks the block type); for small test
             models and converted checkpoints of non-standard depth.
+        channels_last (bool): keep the convolution weights and run the stages in the
+            channels-last memory layout (default True: on CPU oneDNN's convolutions are
+            faster there, see docs/benchmarks.md). The stage maps returned are contiguous
+            either way, and checkpoint keys and values do not depend on it.
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``
             (torchvision, DETR or HF layout).
 
     Shapes:
         x [B, C, H, W] -> tuple of [B, out_channels[i], H/out_strides[i], W/...]
         (sizes rounded up for inputs not divisible by the stride).
+
+    A convolution followed by a frozen norm (FrozenBN, or BN in eval mode) runs as one
+    convolution (``layers/conv_norm.py``): the same outputs within float rounding.
     """
 
     arch_settings = {
@@ -132,7 +144,7 @@ class ResNet(BaseModule):
     def __init__(self, depth=50, in_channels=3, base_channels=64, out_indices=(3,),
                  strides=(1, 2, 2, 2), dilations=(1, 1, 1, 1), frozen_stages=-1,
                  norm_cfg=DEFAULT, norm_eval=False, style='pytorch',
-                 stage_blocks=None, init_cfg=None):
+                 stage_blocks=None, channels_last=True, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         norm_cfg = resolve_default(norm_cfg, dict(type='FrozenBN'))
         if depth not in self.arch_settings:
@@ -157,7 +169,6 @@ class ResNet(BaseModule):
 
         self.conv1 = nn.Conv2d(in_channels, base_channels, 7, 2, padding=3, bias=False)
         self.bn1 = _norm(norm_cfg, base_channels)
-        self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
 
         inplanes, stride_so_far, prev_dilation = base_channels, 4, 1
@@ -174,6 +185,8 @@ class ResNet(BaseModule):
             stage_strides.append(stride_so_far)
         self.out_channels = [channels[i] for i in self.out_indices]
         self.out_strides = [stage_strides[i] for i in self.out_indices]
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.to(memory_format=self.memory_format)
         self._freeze_stages()
 
     @staticmethod
@@ -235,9 +248,10 @@ class ResNet(BaseModule):
 
     def forward(self, x):
         """x [B, C, H, W] -> tuple of stage maps (see class docstring)."""
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = x.contiguous(memory_format=self.memory_format)
+        x = self.maxpool(conv_norm(self.conv1, self.bn1, x).relu_())
         feats = {}
         for i in range(self.num_stages):
             x = getattr(self, f'layer{i + 1}')(x)
             feats[i] = x
-        return tuple(feats[i] for i in self.out_indices)
+        return tuple(feats[i].contiguous() for i in self.out_indices)

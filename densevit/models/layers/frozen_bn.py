@@ -37,10 +37,15 @@ class FrozenBatchNorm2d(nn.Module):
         state_dict.pop(prefix + 'num_batches_tracked', None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def forward(self, x):
-        # Fold into one scale and shift: one multiply-add per element.
+    def scale_shift(self):
+        """``(scale [C], shift [C])`` with ``y = x * scale + shift``."""
         scale = self.weight * (self.running_var + self.eps).rsqrt()
-        shift = self.bias - self.running_mean * scale
+        return scale, self.bias - self.running_mean * scale
+
+    def forward(self, x):
+        # one scale and shift per channel; after a convolution, conv_norm.py folds them
+        # into the convolution instead
+        scale, shift = self.scale_shift()
         return x * scale[None, :, None, None].to(x.dtype) + shift[None, :, None, None].to(x.dtype)
 
     def extra_repr(self):
