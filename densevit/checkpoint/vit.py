@@ -241,13 +241,15 @@ def convert_vit(state_dict, strict=False):
                               'ViT', strict)
 
 
-MAE_LAYOUTS = (DENSEVIT_MAE, OFFICIAL_MAE, HF_MAE, HF)
+# timm: official MAE files holding the encoder alone; HF: ViTMAEModel (ViTModel's keys)
+MAE_LAYOUTS = (DENSEVIT_MAE, OFFICIAL_MAE, TIMM, HF_MAE, HF)
 
 
 def convert_mae(state_dict, strict=False):
     """An MAE checkpoint's encoder in densevit's ViT layout (:func:`convert_vit`, limited
-    to the MAE layouts: densevit MAE, official MAE, HF ``ViTMAEForPreTraining`` and
-    ``ViTMAEModel``, which has HF ``ViTModel``'s keys).
+    to the layouts MAE checkpoints come in: densevit MAE, official MAE with its decoder
+    or without (timm's layout), HF ``ViTMAEForPreTraining`` and ``ViTMAEModel``, which
+    has HF ``ViTModel``'s keys).
 
     Raises:
         ValueError: the keys are not an MAE checkpoint's (the layout they are in is named

@@ -230,10 +230,14 @@ def test_a_whole_detector_gives_its_backbone(tmp_path, log_lines):
 
 
 def test_convert_mae_refuses_other_checkpoints():
-    sd = dict(_vit().state_dict())  # a plain ViT: no decoder anywhere
-    with pytest.raises(ValueError, match=r'not an MAE checkpoint.*timm ViT layout'):
-        convert_mae(sd)
-    assert convert_vit(sd).layout == 'timm ViT'
+    """tools/convert/mae.py's converter: MAE layouts only (an official file holding the
+    encoder alone is timm's layout); a whole detector is refused, naming its layout."""
+    sd = dict(_vit().state_dict())
+    assert convert_mae(sd).layout == 'timm ViT'
+    detector = {**{f'backbone.{k}': v for k, v in sd.items()}, 'bbox_head.fc.bias': torch.ones(2)}
+    with pytest.raises(ValueError, match=r'not an MAE checkpoint.*densevit detector'):
+        convert_mae(detector)
+    assert convert_vit(detector).layout == 'densevit detector / segmentor (its backbone)'
 
 
 # ---------------------------------------------------------------- bad input
@@ -258,6 +262,22 @@ def test_another_width_or_depth_is_one_error_naming_both(mae_files):
         with pytest.raises(CheckpointMismatchError, match=rf'a {layout} checkpoint with 2 '
                                                           r"layers, the model's ViT has 3"):
             _loaded(path, arch=dict(TINY, num_layers=3))
+
+
+def test_train_tool_reports_another_width_in_one_line(tmp_path, capsys):
+    """tools/train.py on the tiny DETR (a ViT of width 32) given a width-16 MAE checkpoint:
+    exit status 1 and one line naming both widths, no size-mismatch trace."""
+    from tiny_run import isolated, load_tool, unique_names, write_config
+    narrow = _vit(arch=dict(TINY, embed_dims=16, feedforward_channels=32, num_layers=1))
+    path = _densevit_checkpoint(tmp_path / 'mae16.pth', narrow, _extras())
+    options = ['model.backbone.init_cfg.type=Pretrained',
+               f'model.backbone.init_cfg.checkpoint={path}', *unique_names()]
+    with isolated():
+        rc = load_tool('tools/train.py').main([write_config(tmp_path), '--work-dir',
+                                               str(tmp_path / 'w'), '--cfg-options', *options])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 1 and len(lines) == 1, lines
+    assert "densevit MAE checkpoint of width 16, the model's ViT has width 32" in lines[0]
 
 
 # ---------------------------------------------------------------- fine-tuning configs

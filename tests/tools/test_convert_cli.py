@@ -121,7 +121,7 @@ def test_unreadable_inputs_fail_with_one_line(tmp_path, capsys):
 
 def test_mae_tool_writes_the_encoder(tmp_path, capsys):
     """tools/convert/mae.py: a densevit MAE checkpoint (mmengine's ``state_dict`` + ``meta``)
-    becomes a plain ViT state dict, decoder and head left out; a plain ViT file is refused."""
+    becomes a plain ViT state dict, decoder and head left out; a detector is refused."""
     vit = VisionTransformer(arch=dict(embed_dims=32, num_layers=1, num_heads=2,
                                       feedforward_channels=64), img_size=32, patch_size=8)
     sd = {f'backbone.{k}': v for k, v in vit.state_dict().items()}
@@ -131,5 +131,7 @@ def test_mae_tool_writes_the_encoder(tmp_path, capsys):
     assert tool.main([str(tmp_path / 'iter_10.pth'), str(tmp_path / 'vit.pth')]) == 0
     assert f'{len(sd)} tensors in the densevit MAE layout' in capsys.readouterr().out
     vit.load_state_dict(torch.load(tmp_path / 'vit.pth', weights_only=True), strict=True)
-    assert tool.main([str(tmp_path / 'vit.pth'), str(tmp_path / 'again.pth')]) == 1
+    detector = {k: v for k, v in sd.items() if k.startswith('backbone.')}
+    torch.save(dict(detector, **{'bbox_head.fc.bias': torch.zeros(2)}), tmp_path / 'detr.pth')
+    assert tool.main([str(tmp_path / 'detr.pth'), str(tmp_path / 'again.pth')]) == 1
     assert 'not an MAE checkpoint' in capsys.readouterr().err

@@ -6,8 +6,9 @@
 
 Takes densevit's own MAE checkpoints (``backbone.*`` kept, decoder and head dropped),
 the official facebookresearch/mae files (``{'model': ...}``, ``decoder_*`` and
-``mask_token`` dropped) and Hugging Face ``ViTMAEForPreTraining`` / ``ViTMAEModel``
-files (``decoder.*`` dropped); anything else is refused with the layout it is in. The
+``mask_token`` dropped; a file of the encoder alone is timm's layout) and Hugging Face
+``ViTMAEForPreTraining`` / ``ViTMAEModel`` files (``decoder.*`` dropped); anything else
+(a whole detector, an MMSegmentation ViT) is refused with the layout it is in. The
 output loads with ``init_cfg=dict(type='Pretrained', checkpoint=OUT)`` into a ViT of
 the checkpoint's width and depth. Conversion is not needed for that: the MAE file
 itself can be given there and is converted on load (docs/checkpoints.md).
