@@ -287,7 +287,8 @@ def test_finetune_config_loads_an_mae_encoder_with_layer_decay(name, tmp_path, l
     cfg = Config.fromfile(str(FINETUNE / name))
     backbone = dict(cfg.model.backbone)
     assert backbone['init_cfg']['checkpoint'] == cfg.mae_checkpoint
-    # an MAE checkpoint of this ViT (with a class token, as MAE's encoder has one)
+    # an MAE checkpoint of this ViT, with a class token (MAE's ViT-B has one; the MAE
+    # quickstart's, like these, none): token and position row are dropped on load
     pre = dict(backbone, init_cfg=None, with_cls_token=True)
     with DefaultScope.overwrite_default_scope('densevit'):
         src = randomize_(MODELS.build(pre))
