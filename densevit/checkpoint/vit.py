@@ -201,7 +201,7 @@ DENSEVIT_MODEL = Layout(
     post=_drop_dist_token, options=dict(TIMM.options))
 
 
-def _densevit_model_layout(state_dict):
+def densevit_model_layout(state_dict):
     """The layout of a densevit checkpoint with its ViT under ``backbone.``, or None.
 
     A detector or segmentor has ``bbox_head.`` / ``decode_head.`` / ``auxiliary_head.``
@@ -235,7 +235,7 @@ def convert_vit(state_dict, strict=False):
     Raises:
         ValueError: the keys match no ViT layout (the first keys are listed).
     """
-    ours = _densevit_model_layout(state_dict)
+    ours = densevit_model_layout(state_dict)
     layouts = [ours] if ours is not None else []
     return convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF, MMSEG],
                               'ViT', strict)

@@ -135,3 +135,8 @@ def test_mae_tool_writes_the_encoder(tmp_path, capsys):
     torch.save(dict(detector, **{'bbox_head.fc.bias': torch.zeros(2)}), tmp_path / 'detr.pth')
     assert tool.main([str(tmp_path / 'detr.pth'), str(tmp_path / 'again.pth')]) == 1
     assert 'not an MAE checkpoint' in capsys.readouterr().err
+    # openmmlab.py (any known file) does not cut a densevit detector down to its backbone
+    assert _tool('openmmlab').main([str(tmp_path / 'detr.pth'), str(tmp_path / 'again.pth')]) == 1
+    assert "a densevit detector / segmentor's own: it needs no conversion" in \
+        capsys.readouterr().err
+    assert not (tmp_path / 'again.pth').exists()
