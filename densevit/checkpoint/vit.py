@@ -1,5 +1,5 @@
-"""ViT checkpoints (timm incl. DeiT / AugReg / MAE, Hugging Face, MMSegmentation) ->
-densevit's :class:`VisionTransformer`.
+"""ViT checkpoints (timm incl. DeiT / AugReg / MAE, Hugging Face incl. ViTMAE, MMSegmentation,
+densevit's own MAE and whole models) -> densevit's :class:`VisionTransformer`.
 
 Layouts recognised from the keys:
 
@@ -12,8 +12,11 @@ Layouts recognised from the keys:
     second of ``pos_embed``) and ``head_dist``. densevit's ViT has one class
     token, so both the token and its position row are dropped (logged); the
     remaining weights are the model's, but it was trained seeing that token.
-  * MAE pre-training: the encoder as timm's, plus the decoder
-    (``decoder_*``, ``mask_token``: dropped).
+  * official MAE pre-training (facebookresearch/mae ``models_mae.py``, layout
+    ``official MAE``): the encoder as timm's (its ``pos_embed`` a stored fixed 2-d
+    sin-cos table, loaded into the learned table), plus the decoder (``decoder_embed``,
+    ``decoder_pos_embed``, ``decoder_blocks.N.*``, ``decoder_norm``, ``decoder_pred``)
+    and ``mask_token``: dropped, with a logged count. LayerNorm eps 1e-6.
   * MAE / global-pool fine-tuned: no final ``norm`` (an Identity in timm);
     ``fc_norm`` normalises the *pooled* feature instead, so it is dropped,
     not mapped onto the per-token final norm. Build such backbones with
@@ -27,6 +30,18 @@ Layouts recognised from the keys:
   ([D, D] each) are concatenated into ``qkv`` ([3D, D], q-k-v order). HF ViT's
   LayerNorm eps is 1e-12: the layout's options set ``layer_norm_eps=1e-12`` on the
   backbone (``VisionTransformer.checkpoint_options``; timm and mmseg: 1e-6).
+  ``ViTMAEModel`` has exactly these keys; ``ViTMAEForPreTraining`` (layout ``Hugging
+  Face ViTMAE``) has them under ``vit.`` and its decoder under ``decoder.``
+  (``decoder_embed``, ``mask_token``, ``decoder_pos_embed``, ``decoder_layers.N.*``,
+  ``decoder_norm``, ``decoder_pred``): dropped, with a logged count. Its position table
+  is fixed sin-cos but stored, as the official one.
+
+- densevit's own checkpoints with the ViT under ``backbone.`` (mmengine's ``state_dict``):
+  ``backbone.X`` -> ``X`` by the timm rules; everything else dropped with a logged count,
+  as the ``densevit MAE`` layout (a pre-training model: decoder under ``neck.`` /
+  ``decoder.``, ``head.*``, ``mask_token``) or, when ``bbox_head.`` / ``decode_head.`` /
+  ``auxiliary_head.`` keys are there, the ``densevit detector / segmentor (its
+  backbone)`` layout (:func:`densevit_model_layout`).
 
 - MMSegmentation 1.x ``VisionTransformer`` (``mmseg/models/backbones/vit.py``), e.g. a
   SETR checkpoint with ``prefix='backbone.'``:
@@ -277,8 +292,8 @@ def vit_size(state_dict):
 def check_vit_size(module, state_dict, source, what='a checkpoint'):
     """Refuse a ViT checkpoint of another width or depth than ``module`` in one line.
 
-    Without this a wider checkpoint loads nothing (every tensor the wrong shape) and a
-    deeper one silently leaves layers out.
+    Otherwise a checkpoint of another width loads nothing but a long list of tensors of
+    the wrong shape, and one of another depth loads only the layers both have.
 
     Raises:
         CheckpointMismatchError: naming the checkpoint's and the model's width (or depth).
