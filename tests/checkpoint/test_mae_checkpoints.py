@@ -104,11 +104,14 @@ def _no_warnings(log_lines):
 
 # ---------------------------------------------------------------- Hugging Face ViTMAE
 
-@pytest.mark.parametrize('source', ['ViTMAEForPreTraining file', 'ViTMAEModel state dict'])
+@pytest.mark.parametrize('source', ['ViTMAEForPreTraining file', 'ViTMAEForPreTraining state dict',
+                                    'ViTMAEModel state dict'])
 def test_hf_vit_mae_outputs_match(hf_mae, tmp_path, source, log_lines):
+    path = tmp_path / 'vit_mae.pth'
     if source == 'ViTMAEModel state dict':  # transformers-5 module names, no decoder
-        torch.save(hf_mae.vit.state_dict(), tmp_path / 'vit_mae.pth')
-        path = tmp_path / 'vit_mae.pth'
+        torch.save(hf_mae.vit.state_dict(), path)
+    elif source == 'ViTMAEForPreTraining state dict':  # module names: vit.layers.N.*
+        torch.save(hf_mae.state_dict(), path)
     else:  # the file from_pretrained reads: Hub names, vit.* encoder, decoder.*
         hf_mae.save_pretrained(tmp_path)
         path = tmp_path / 'model.safetensors'
@@ -116,7 +119,7 @@ def test_hf_vit_mae_outputs_match(hf_mae, tmp_path, source, log_lines):
     assert {m.eps for m in vit.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-12}
     _assert_same_outputs(vit, hf_mae.vit)
     assert _no_warnings(log_lines)
-    if source == 'ViTMAEForPreTraining file':
+    if source.startswith('ViTMAEForPreTraining'):
         assert any('Hugging Face ViTMAE layout' in m for _, m in log_lines)
         assert _dropped(log_lines) == {
             'MAE decoder (pre-training only, not part of the encoder)': HF_DECODER_KEYS}
