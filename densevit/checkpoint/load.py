@@ -117,7 +117,7 @@ def _warn(what, keys, logger, level=logging.WARNING):
 
 
 def load_pretrained(module, checkpoint, convert=None, prefix=None, expected_missing=(),
-                    map_location='cpu', strict=False, logger='current'):
+                    map_location='cpu', strict=False, check=None, logger='current'):
     """Load a checkpoint into ``module``, converting its layout, and report loudly.
 
     Args:
@@ -131,6 +131,10 @@ def load_pretrained(module, checkpoint, convert=None, prefix=None, expected_miss
             is known not to have (e.g. Swin's extra output norms): reported at
             INFO level, not WARNING.
         strict (bool): raise instead of warning when anything does not match.
+        check (callable, optional): ``check(module, state_dict, source, what)`` on the
+            converted tensors before loading; raises
+            :class:`CheckpointMismatchError` for a checkpoint that cannot fit (e.g.
+            :func:`densevit.checkpoint.vit.check_vit_size`: another width or depth).
 
     Returns:
         LoadReport: key lists ``loaded, missing, unexpected, mismatched, expected_missing``.
@@ -138,7 +142,7 @@ def load_pretrained(module, checkpoint, convert=None, prefix=None, expected_miss
     state_dict = select_prefix(read_checkpoint(checkpoint, map_location), prefix)
     return load_state_dict_loudly(module, state_dict, checkpoint, convert=convert,
                                   expected_missing=expected_missing, strict=strict,
-                                  logger=logger)
+                                  check=check, logger=logger)
 
 
 def _describe(module):
@@ -150,7 +154,8 @@ def _describe(module):
 
 
 def load_state_dict_loudly(module, state_dict, source, convert=None, expected_missing=(),
-                           strict=False, min_found=0.0, described=None, logger='current'):
+                           strict=False, min_found=0.0, described=None, check=None,
+                           logger='current'):
     """Convert ``state_dict`` and load it into ``module``, reporting every mismatch.
 
     Args:
@@ -160,7 +165,7 @@ def load_state_dict_loudly(module, state_dict, source, convert=None, expected_mi
         convert (callable, optional): ``state_dict -> state_dict`` in densevit's
             layout; a :class:`~densevit.checkpoint.layout.Converted` result also
             carries the origin's backbone options (``checkpoint_options``).
-        expected_missing, strict, logger: as :func:`load_pretrained`.
+        expected_missing, strict, check, logger: as :func:`load_pretrained`.
         min_found (float): the fraction of ``module``'s tensors the checkpoint must
             have; fewer means it was made for another architecture.
         described (str, optional): what the checkpoint is, for messages, when
@@ -177,6 +182,8 @@ def load_state_dict_loudly(module, state_dict, source, convert=None, expected_mi
     origin = getattr(state_dict, 'layout', None)
     what = ' '.join(filter(None, [f'a {origin} checkpoint' if origin else 'a checkpoint',
                                   described and f'({described})']))
+    if check is not None:
+        check(module, state_dict, source, what)
     own = module.state_dict()
     found = sum(k in state_dict for k in own)
     if own and found < min_found * len(own):
@@ -276,7 +283,7 @@ def split_pretrained(init_cfg):
     return (pretrained[0] if pretrained else None), (rest or None)
 
 
-def loads_pretrained(convert=None, expected_missing=()):
+def loads_pretrained(convert=None, expected_missing=(), check=None):
     """Decorate a backbone's ``init_weights``: ``init_cfg`` Pretrained goes through
     :func:`load_pretrained`.
 
@@ -288,6 +295,8 @@ def loads_pretrained(convert=None, expected_missing=()):
         convert (callable, optional): the backbone's layout converter.
         expected_missing (Iterable[str] | callable): key prefixes a pretrained
             (e.g. ImageNet) checkpoint never has; a callable gets the module.
+        check (callable, optional): refuses a checkpoint that cannot fit (see
+            :func:`load_pretrained`).
     """
     def wrap(init_weights):
         @functools.wraps(init_weights)
@@ -303,7 +312,7 @@ def loads_pretrained(convert=None, expected_missing=()):
             known = expected_missing(self) if callable(expected_missing) else expected_missing
             load_pretrained(self, pretrained['checkpoint'], convert=convert,
                             prefix=pretrained.get('prefix'), expected_missing=known,
-                            map_location=pretrained.get('map_location', 'cpu'))
+                            map_location=pretrained.get('map_location', 'cpu'), check=check)
             if hasattr(self, '_params_init_info'):  # mmengine's init summary
                 from mmengine.model.weight_init import update_init_info
                 update_init_info(self, init_info=f'Pretrained: {pretrained["checkpoint"]}')

@@ -20,6 +20,7 @@ from mmengine.logging import print_log
 from .layout import convert_state_dict
 from .load import CheckpointMismatchError, flatten_checkpoint, load_state_dict_loudly
 from .safe_load import CorruptCheckpointError, UnsafeCheckpointError
+from .vit import DENSEVIT_MODEL, densevit_model_layout
 
 # what tools/train.py and tools/test.py report in one line instead of a traceback
 CHECKPOINT_ERRORS = (CheckpointMismatchError, CorruptCheckpointError, UnsafeCheckpointError)
@@ -134,13 +135,20 @@ def convert_any(state_dict, strict=True, logger='current'):
     """A whole model (:func:`convert_model`) or, when no whole-model layout fits, a backbone.
 
     Raises:
-        ValueError: neither; the message lists the first keys.
+        ValueError: neither; or a densevit detector / segmentor, which needs no conversion
+            (the ViT converter would take its backbone alone). The message lists the first
+            keys.
     """
     try:
         return convert_model(state_dict, strict=strict, logger=logger)
     except ValueError as e:
         if 'match no known layout' not in str(e):
             raise
+    if densevit_model_layout(state_dict) is DENSEVIT_MODEL:
+        raise ValueError('the keys are a densevit detector / segmentor\'s own: it needs no '
+                         'conversion (tools/test.py, init_model and load_from take it as it is; '
+                         'a ViT\'s init_cfg takes its backbone). First keys: '
+                         f'{list(state_dict)[:_SHOW]}')
     for module_name, fn in _BACKBONES:
         convert = getattr(importlib.import_module(f'{__package__}.{module_name}'), fn)
         try:

@@ -1,5 +1,5 @@
-"""ViT checkpoints (timm incl. DeiT / AugReg / MAE, Hugging Face, MMSegmentation) ->
-densevit's :class:`VisionTransformer`.
+"""ViT checkpoints (timm incl. DeiT / AugReg / MAE, Hugging Face incl. ViTMAE, MMSegmentation,
+densevit's own MAE and whole models) -> densevit's :class:`VisionTransformer`.
 
 Layouts recognised from the keys:
 
@@ -12,8 +12,11 @@ Layouts recognised from the keys:
     second of ``pos_embed``) and ``head_dist``. densevit's ViT has one class
     token, so both the token and its position row are dropped (logged); the
     remaining weights are the model's, but it was trained seeing that token.
-  * MAE pre-training: the encoder as timm's, plus the decoder
-    (``decoder_*``, ``mask_token``: dropped).
+  * official MAE pre-training (facebookresearch/mae ``models_mae.py``, layout
+    ``official MAE``): the encoder as timm's (its ``pos_embed`` a stored fixed 2-d
+    sin-cos table, loaded into the learned table), plus the decoder (``decoder_embed``,
+    ``decoder_pos_embed``, ``decoder_blocks.N.*``, ``decoder_norm``, ``decoder_pred``)
+    and ``mask_token``: dropped, with a logged count. LayerNorm eps 1e-6.
   * MAE / global-pool fine-tuned: no final ``norm`` (an Identity in timm);
     ``fc_norm`` normalises the *pooled* feature instead, so it is dropped,
     not mapped onto the per-token final norm. Build such backbones with
@@ -27,6 +30,18 @@ Layouts recognised from the keys:
   ([D, D] each) are concatenated into ``qkv`` ([3D, D], q-k-v order). HF ViT's
   LayerNorm eps is 1e-12: the layout's options set ``layer_norm_eps=1e-12`` on the
   backbone (``VisionTransformer.checkpoint_options``; timm and mmseg: 1e-6).
+  ``ViTMAEModel`` has exactly these keys; ``ViTMAEForPreTraining`` (layout ``Hugging
+  Face ViTMAE``) has them under ``vit.`` and its decoder under ``decoder.``
+  (``decoder_embed``, ``mask_token``, ``decoder_pos_embed``, ``decoder_layers.N.*``,
+  ``decoder_norm``, ``decoder_pred``): dropped, with a logged count. Its position table
+  is fixed sin-cos but stored, as the official one.
+
+- densevit's own checkpoints with the ViT under ``backbone.`` (mmengine's ``state_dict``):
+  ``backbone.X`` -> ``X`` by the timm rules; everything else dropped with a logged count,
+  as the ``densevit MAE`` layout (a pre-training model: decoder under ``neck.`` /
+  ``decoder.``, ``head.*``, ``mask_token``) or, when ``bbox_head.`` / ``decode_head.`` /
+  ``auxiliary_head.`` keys are there, the ``densevit detector / segmentor (its
+  backbone)`` layout (:func:`densevit_model_layout`).
 
 - MMSegmentation 1.x ``VisionTransformer`` (``mmseg/models/backbones/vit.py``), e.g. a
   SETR checkpoint with ``prefix='backbone.'``:
@@ -71,10 +86,12 @@ Position tables made for another grid are resized when loaded (see
 ``LearnedPositionEmbedding`` in ``densevit/models/layers/pos_embed.py``).
 """
 import math
+import re
 
 from mmengine.logging import print_log
 
 from .layout import Layout, convert_state_dict
+from .load import CheckpointMismatchError
 
 _BLOCK_PARTS = r'(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)'
 
@@ -96,7 +113,6 @@ TIMM = Layout(
         r'pre_logits\..*': 'pre-logits layer of the classifier (not part of a backbone)',
         r'fc_norm\..*': 'norm of the pooled feature (global-pool / MAE fine-tuned classifier), '
                         'not a per-token norm; use final_norm=False for such checkpoints',
-        r'decoder_.*|mask_token': 'MAE decoder (pre-training only)',
     },
     options={'layer_norm_eps': 1e-6})
 
@@ -169,13 +185,62 @@ def _drop_dist_token(state_dict):
 
 TIMM.post = _drop_dist_token
 
+_MAE_DECODER = 'MAE decoder (pre-training only, not part of the encoder)'
+
+# official MAE pre-training (models_mae.py): timm's encoder, then the decoder
+OFFICIAL_MAE = Layout(
+    'official MAE', r'^(mask_token|decoder_embed\.weight)$', TIMM.rules,
+    drop=dict(TIMM.drop, **{r'decoder_.*|mask_token': _MAE_DECODER}),
+    post=_drop_dist_token, options=dict(TIMM.options))
+
+# HF ViTMAEForPreTraining: ViTMAEModel under ``vit.`` (HF ViT's keys), the decoder under
+# ``decoder.``; a ViTMAEModel alone has HF ViT's keys and goes through HF
+HF_MAE = Layout(
+    'Hugging Face ViTMAE', r'^decoder\.(decoder_embed|decoder_pred)\.weight$', HF.rules,
+    drop=dict(HF.drop, **{r'decoder\..*': _MAE_DECODER}), options=dict(HF.options))
+
+# densevit's own whole models: a VisionTransformer state dict under ``backbone.``
+_OURS = r'backbone\.'
+_NOT_BACKBONE = r'(?!backbone\.|data_preprocessor\.).*'
+_HEADS = ('bbox_head.', 'decode_head.', 'auxiliary_head.')
+_OURS_DROP = {r'data_preprocessor\..*': 'data preprocessor buffers (not weights)'}
+DENSEVIT_MAE = Layout(
+    'densevit MAE', '^' + _OURS, [(_OURS + p, r) for p, r in TIMM.rules],
+    drop={_NOT_BACKBONE: 'MAE decoder / pre-training head (not part of the encoder)',
+          **_OURS_DROP},
+    post=_drop_dist_token, options=dict(TIMM.options))
+DENSEVIT_MODEL = Layout(
+    'densevit detector / segmentor (its backbone)', '^' + _OURS, DENSEVIT_MAE.rules,
+    drop={_NOT_BACKBONE: 'neck and heads of a whole model (not part of the backbone)',
+          **_OURS_DROP},
+    post=_drop_dist_token, options=dict(TIMM.options))
+
+
+def densevit_model_layout(state_dict):
+    """The layout of a densevit checkpoint with its ViT under ``backbone.``, or None.
+
+    A detector or segmentor has ``bbox_head.`` / ``decode_head.`` / ``auxiliary_head.``
+    keys; any other model with keys beside ``backbone.`` is a pre-training one (MAE:
+    the decoder under ``neck.`` / ``decoder.``, ``head.``, a ``mask_token``). Either
+    way the ViT is the ``backbone.*`` tensors; the rest is dropped, with a logged count.
+    """
+    keys = list(state_dict)
+    if not any(re.fullmatch(r'backbone\.blocks\.\d+\.attn\.qkv\.weight', k) for k in keys):
+        return None  # no densevit / timm ViT under backbone.
+    others = [k for k in keys if not k.startswith(('backbone.', 'data_preprocessor.'))]
+    if others and not any(k.startswith(_HEADS) for k in others):
+        return DENSEVIT_MAE
+    return DENSEVIT_MODEL
+
 
 def convert_vit(state_dict, strict=False):
     """Convert a ViT checkpoint's ``state_dict`` to densevit's key layout.
 
     Args:
-        state_dict (dict): timm (DeiT, AugReg, MAE), HF or MMSegmentation ViT (or
-            densevit) tensors.
+        state_dict (dict): timm (DeiT, AugReg, MAE fine-tuned), official MAE, HF
+            (``ViTModel``, ``ViTMAEModel``, ``ViTMAEForPreTraining``) or MMSegmentation
+            ViT tensors, densevit's own ViT, or a densevit MAE / detector / segmentor
+            checkpoint (its ``backbone.*``).
         strict (bool): raise on keys no rule explains (else kept, and reported
             as unexpected when loaded).
 
@@ -185,7 +250,65 @@ def convert_vit(state_dict, strict=False):
     Raises:
         ValueError: the keys match no ViT layout (the first keys are listed).
     """
-    return convert_state_dict(state_dict, [TIMM, HF, MMSEG], 'ViT', strict)
+    ours = densevit_model_layout(state_dict)
+    layouts = [ours] if ours is not None else []
+    return convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF, MMSEG],
+                              'ViT', strict)
+
+
+# timm: official MAE files holding the encoder alone; HF: ViTMAEModel (ViTModel's keys)
+MAE_LAYOUTS = (DENSEVIT_MAE, OFFICIAL_MAE, TIMM, HF_MAE, HF)
+
+
+def convert_mae(state_dict, strict=False):
+    """An MAE checkpoint's encoder in densevit's ViT layout (:func:`convert_vit`, limited
+    to the layouts MAE checkpoints come in: densevit MAE, official MAE with its decoder
+    or without (timm's layout), HF ``ViTMAEForPreTraining`` and ``ViTMAEModel``, which
+    has HF ``ViTModel``'s keys).
+
+    Raises:
+        ValueError: the keys are not an MAE checkpoint's (the layout they are in is named
+            when densevit knows it).
+    """
+    out = convert_vit(state_dict, strict=strict)
+    if out.layout not in {lay.name for lay in MAE_LAYOUTS}:
+        raise ValueError(f'not an MAE checkpoint: its keys are in the {out.layout} layout; '
+                         f'convert it with tools/convert/vit.py')
+    return out
+
+
+def vit_size(state_dict):
+    """(width, depth) of a ViT state dict in densevit's layout; None where it cannot tell."""
+    width = None
+    for key, dim in (('patch_embed.proj.weight', 0), ('cls_token', -1),
+                     ('blocks.0.norm1.weight', 0)):
+        if key in state_dict:
+            width = state_dict[key].shape[dim]
+            break
+    blocks = {int(m[1]) for k in state_dict if (m := re.match(r'blocks\.(\d+)\.', k))}
+    return width, (max(blocks) + 1 if blocks else None)
+
+
+def check_vit_size(module, state_dict, source, what='a checkpoint'):
+    """Refuse a ViT checkpoint of another width or depth than ``module`` in one line.
+
+    Otherwise a checkpoint of another width loads nothing but a long list of tensors of
+    the wrong shape, and one of another depth loads only the layers both have.
+
+    Raises:
+        CheckpointMismatchError: naming the checkpoint's and the model's width (or depth).
+    """
+    width, depth = vit_size(state_dict)
+    if width is not None and width != module.embed_dims:
+        raise CheckpointMismatchError(
+            f'{source} does not fit this ViT: it is {what} of width {width}, the model\'s ViT '
+            f'has width {module.embed_dims} (embed_dims); build the ViT with the checkpoint\'s '
+            f'arch (embed_dims={width}) or use a checkpoint of width {module.embed_dims}')
+    if depth is not None and depth != module.num_layers:
+        raise CheckpointMismatchError(
+            f'{source} does not fit this ViT: it is {what} with {depth} layers, the model\'s '
+            f'ViT has {module.num_layers} (num_layers); build the ViT with the checkpoint\'s '
+            f'depth (num_layers={depth})')
 
 
 def checkpoint_grid(path, prefix=None):

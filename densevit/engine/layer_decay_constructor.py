@@ -14,7 +14,10 @@ ids, read from parameter names:
 - everything else (final norms, neck, heads): L + 1, the full learning rate.
 
 Weight decay is 0 for 1-d parameters (norm weights, biases) and position
-tables / tokens; the others keep the optimizer's ``weight_decay``.
+tables / tokens; the others keep the optimizer's ``weight_decay``. ``custom_keys``
+(mmengine's ``paramwise_cfg`` option: ``{name part: dict(lr_mult, decay_mult)}``, the
+longest matching part wins) multiply on top, e.g. Deformable DETR's 0.1 for its
+sampling offsets.
 """
 import re
 from collections import OrderedDict
@@ -73,6 +76,14 @@ def get_layer_id(name, num_layers, offsets=None):
     return num_layers + 1
 
 
+def custom_multipliers(name, custom_keys):
+    """(lr_mult, decay_mult) of the longest ``custom_keys`` entry in ``name`` (1, 1 if none)."""
+    for key in sorted(sorted(custom_keys), key=len, reverse=True):
+        if key in name:
+            return (custom_keys[key].get('lr_mult', 1.), custom_keys[key].get('decay_mult', 1.))
+    return 1., 1.
+
+
 def no_weight_decay(name, param, keys=NO_DECAY_KEYS):
     return param.ndim <= 1 or any(k in name for k in keys)
 
@@ -88,6 +99,8 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             depth, Swin's total blocks). Must not be smaller than that count.
         no_decay_keys (Sequence[str]): name parts with no weight decay (besides
             1-d parameters); default position tables and tokens.
+        custom_keys (dict): ``{name part: dict(lr_mult=..., decay_mult=...)}``, multiplied
+            into the layer's learning rate and weight decay (as mmengine's constructor).
 
     Each group carries ``layer_id`` and ``lr_scale`` for inspection. Frozen
     parameters (``requires_grad=False``) are left out.
@@ -110,12 +123,14 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                 continue
             layer_id = get_layer_id(name, num_layers, offsets)
             decay = not no_weight_decay(name, param, keys)
-            key = (layer_id, decay)
+            lr_mult, decay_mult = custom_multipliers(name, cfg.get('custom_keys', {}))
+            key = (layer_id, decay, lr_mult, decay_mult)
             if key not in groups:
-                scale = rate ** (num_layers + 1 - layer_id)
+                scale = rate ** (num_layers + 1 - layer_id) * lr_mult
                 groups[key] = dict(params=[], param_names=[], layer_id=layer_id, lr_scale=scale,
                                    lr=self.base_lr * scale,
-                                   weight_decay=(self.base_wd or 0.) if decay else 0.)
+                                   weight_decay=(self.base_wd or 0.) * decay_mult if decay
+                                   else 0.)
             groups[key]['params'].append(param)
             groups[key]['param_names'].append(name)
         params.extend(groups[k] for k in sorted(groups))

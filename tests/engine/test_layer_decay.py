@@ -96,3 +96,19 @@ def test_layer_id_rules_by_name():
     assert get_layer_id('backbone.absolute_pos_embed.weight', 12, offsets) == 0
     assert get_layer_id('backbone.pos_embed.3.weight', 12) == 4  # ViT per-layer table
     assert get_layer_id('bbox_head.class_embed.weight', 12) == 13
+
+
+def test_custom_keys_multiply_the_layer_rate():
+    """paramwise_cfg.custom_keys (e.g. Deformable DETR's 0.1 on sampling offsets) apply on
+    top of the layer's rate; the longest matching key wins, as in mmengine."""
+    model = Model(dict(type='VisionTransformer', img_size=32, patch_size=8,
+                       arch=dict(embed_dims=8, num_layers=2, num_heads=2,
+                                 feedforward_channels=16)))
+    got = param_settings(model, custom_keys={'head': dict(lr_mult=0.1),
+                                             'head.weight': dict(lr_mult=0.5, decay_mult=2.),
+                                             'attn.qkv': dict(lr_mult=3.)})
+    L = 2
+    assert got['head.weight'] == (pytest.approx(0.5), pytest.approx(WD * 2))
+    assert got['head.bias'] == (pytest.approx(0.1), 0.0)  # 1-d: still no decay
+    assert got['backbone.blocks.0.attn.qkv.weight'] == (pytest.approx(3 * RATE ** L), WD)
+    assert got['backbone.blocks.0.mlp.fc1.weight'] == (pytest.approx(RATE ** L), WD)

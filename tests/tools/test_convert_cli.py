@@ -117,3 +117,26 @@ def test_unreadable_inputs_fail_with_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith('error: ') and named in err and 'Traceback' not in err, err
     assert not (tmp_path / 'out.pth').exists()
+
+
+def test_mae_tool_writes_the_encoder(tmp_path, capsys):
+    """tools/convert/mae.py: a densevit MAE checkpoint (mmengine's ``state_dict`` + ``meta``)
+    becomes a plain ViT state dict, decoder and head left out; a detector is refused."""
+    vit = VisionTransformer(arch=dict(embed_dims=32, num_layers=1, num_heads=2,
+                                      feedforward_channels=64), img_size=32, patch_size=8)
+    sd = {f'backbone.{k}': v for k, v in vit.state_dict().items()}
+    sd.update({'neck.decoder_embed.weight': torch.zeros(16, 32), 'mask_token': torch.zeros(1)})
+    torch.save({'meta': {'iter': 10}, 'state_dict': sd}, tmp_path / 'iter_10.pth')
+    tool = _tool('mae')
+    assert tool.main([str(tmp_path / 'iter_10.pth'), str(tmp_path / 'vit.pth')]) == 0
+    assert f'{len(sd)} tensors in the densevit MAE layout' in capsys.readouterr().out
+    vit.load_state_dict(torch.load(tmp_path / 'vit.pth', weights_only=True), strict=True)
+    detector = {k: v for k, v in sd.items() if k.startswith('backbone.')}
+    torch.save(dict(detector, **{'bbox_head.fc.bias': torch.zeros(2)}), tmp_path / 'detr.pth')
+    assert tool.main([str(tmp_path / 'detr.pth'), str(tmp_path / 'again.pth')]) == 1
+    assert 'not an MAE checkpoint' in capsys.readouterr().err
+    # openmmlab.py (any known file) does not cut a densevit detector down to its backbone
+    assert _tool('openmmlab').main([str(tmp_path / 'detr.pth'), str(tmp_path / 'again.pth')]) == 1
+    assert "a densevit detector / segmentor's own: it needs no conversion" in \
+        capsys.readouterr().err
+    assert not (tmp_path / 'again.pth').exists()

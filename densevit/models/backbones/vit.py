@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from densevit.checkpoint.load import loads_pretrained, split_pretrained
-from densevit.checkpoint.vit import checkpoint_grid, convert_vit
+from densevit.checkpoint.vit import check_vit_size, checkpoint_grid, convert_vit
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
 from densevit.models.layers.pos_embed_builder import (
@@ -258,13 +258,14 @@ class VisionTransformer(BaseModule):
         self._freeze_stages()
         return self
 
-    @loads_pretrained(convert_vit)
+    @loads_pretrained(convert_vit, check=check_vit_size)
     def init_weights(self):
         """ViT init: truncated normal (std .02) for Linear weights, the class
         token and position tables; zero biases; LayerNorm to identity. The patch
         convolution keeps PyTorch's default (fan-in) init. An ``init_cfg``
-        Pretrained checkpoint (timm / HF / densevit layout, converted by
-        ``convert_vit``) is loaded afterwards, with missing keys reported.
+        Pretrained checkpoint (timm / HF / official / MAE / densevit layout, converted by
+        ``convert_vit``) is loaded afterwards, with missing keys reported; one of another
+        width or depth is refused in one line naming both.
         """
         if not self._is_init:
             for m in self.modules():
