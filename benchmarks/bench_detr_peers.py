@@ -124,11 +124,20 @@ def hf_pair(tmp):
     """(densevit Deformable DETR-R50, HF DeformableDetrForObjectDetection, fns)."""
     from transformers import DeformableDetrConfig, DeformableDetrForObjectDetection, ResNetConfig
     backbone = ResNetConfig(out_features=['stage2', 'stage3', 'stage4'])  # ResNet-50
+    # the paper's recipe, as densevit's config (and the official code, and mmdet): dropout 0.1
+    # after the FFN activation and in the decoder's self-attention, a loss on every decoder
+    # layer; transformers' defaults differ (0, 0, last layer only)
     cfg = DeformableDetrConfig(use_timm_backbone=False, backbone_config=backbone, backbone=None,
                                use_pretrained_backbone=False, num_labels=80,
-                               disable_custom_kernels=True)
+                               disable_custom_kernels=True, activation_dropout=0.1,
+                               attention_dropout=0.1, auxiliary_loss=True)
     torch.manual_seed(0)
     peer = DeformableDetrForObjectDetection(cfg)
+    # ... and the backbone trains from its second stage on (the stem and first stage frozen):
+    # transformers 5.23 means to, but its rule looks for 'stage.1' in names that read
+    # 'stages.1', so it freezes the whole backbone
+    for name, param in peer.model.backbone.named_parameters():
+        param.requires_grad_(any(f'stages.{i}.' in name for i in (1, 2, 3)))
     ours = _ours('configs/deformable_detr/deformable_detr_r50_16xb2-50e_coco.py',
                  peer.state_dict(), tmp)
 

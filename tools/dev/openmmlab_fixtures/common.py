@@ -11,6 +11,7 @@ Each fixture is two files in ``tests/checkpoint/fixtures/``:
 - ``NAME_io.pth``: ``{'inputs': {...}, 'outputs': {...}, 'about': str}``, tensors
   only, the reference model's outputs (eval mode) on the inputs.
 """
+import importlib.machinery
 import sys
 import time
 import types
@@ -41,7 +42,10 @@ class _NoCompiledOps(types.ModuleType):
 
 def import_openmmlab():
     """Import mmseg and mmdet with their modules registered; returns (mmseg, mmdet)."""
-    sys.modules.setdefault('mmcv._ext', _NoCompiledOps('mmcv._ext'))
+    stand_in = _NoCompiledOps('mmcv._ext')
+    # a spec without a loader: mmengine's mmcv_full_available() asks for one, and finds none
+    stand_in.__spec__ = importlib.machinery.ModuleSpec('mmcv._ext', None)
+    sys.modules.setdefault('mmcv._ext', stand_in)
     import mmdet
     import mmseg
     from mmdet.utils import register_all_modules as register_mmdet
