@@ -3,8 +3,10 @@ from mmengine.evaluator import BaseMetric
 
 from densevit.registry import METRICS
 
-# what a pre-training model's predict mode writes on each DataSample, and the metric's names
-FIELDS = {'pretrain_loss': 'loss', 'pretrain_acc': 'acc'}
+# what a pre-training model's predict mode writes on each DataSample, and the metric's names.
+# Not 'loss': mmengine's LogProcessor averages every logged key matching '.*loss.*' over its
+# window, so the log and vis_data/scalars.json would show a mean of successive validations.
+FIELDS = {'pretrain_loss': 'objective', 'pretrain_acc': 'acc'}
 
 
 @METRICS.register_module()
@@ -17,8 +19,8 @@ class PretrainLossMetric(BaseMetric):
     selfsup.mae.MAE` and :class:`~densevit.models.selfsup.mpp.MaskedPatchPrediction`).
     The evaluation masks are the same at every validation, so the numbers compare.
 
-    Returns ``{'pretrain/loss': ..., 'pretrain/acc': ...}`` (the prefix is
-    ``prefix``); lower loss is better.
+    Returns ``{'pretrain/objective': ..., 'pretrain/acc': ...}`` (the prefix is
+    ``prefix``); a lower objective is better.
     """
 
     default_prefix = 'pretrain'

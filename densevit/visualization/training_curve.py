@@ -16,7 +16,7 @@ import os.path as osp
 # what to draw per task, and the top of its y axis (None: as high as the values go)
 CURVE_KEYS = {'coco/bbox_mAP_50': (('coco/bbox_mAP_50', 'coco/bbox_mAP'), 1.0),
               'mIoU': (('mIoU', 'mAcc'), 100.0),
-              'pretrain/loss': (('pretrain/loss',), None)}  # MAE / MPP: lower is better
+              'pretrain/objective': (('pretrain/objective',), None)}  # MAE / MPP: lower is better
 
 
 def read_clock_csv(work_dir, file_name='training_clock.csv'):

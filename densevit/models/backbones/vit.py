@@ -148,6 +148,11 @@ class VisionTransformer(BaseModule):
     Shapes:
         x: [B, C, H, W] with H, W multiples of P (or any, with ``pad_to_patch``) ->
         tuple of [B, D, ceil(H/P), ceil(W/P)], one per ``out_indices`` entry, in that order.
+
+    Masked pre-training (MAE, masked patch prediction) uses the steps of ``forward``
+    separately: :meth:`embed` (image -> patch tokens), then :meth:`encode` (tokens ->
+    the last layer's token sequence), optionally on a subset ``keep`` of the patches,
+    each with its full-grid position code (:meth:`forward_visible` does both).
     """
 
     def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
