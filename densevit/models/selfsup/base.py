@@ -30,7 +30,8 @@ class MaskedImageModel(BaseModel):
 
     Raises ValueError at build time naming the value: ``mask_ratio`` outside (0, 1); a
     backbone ``img_size`` that is not a whole grid of patches, or a grid of fewer than
-    two patches, or one where ``mask_ratio`` would keep no patch or mask none.
+    two patches, or one where ``mask_ratio`` would keep no patch or mask none; a hybrid
+    ViT (its CNN stem would see the hidden pixels).
     """
 
     def __init__(self, backbone, mask_ratio, val_seed=0, data_preprocessor=None,
@@ -39,10 +40,13 @@ class MaskedImageModel(BaseModel):
         what = type(self).__name__
         check_mask_ratio(mask_ratio)
         backbone = dict(backbone)
-        if backbone.get('stem') is None:  # a hybrid's grid is checked by the ViT itself
-            check_patch_grid(backbone.get('img_size', _VIT_DEFAULTS['img_size']),
-                             backbone.get('patch_size', _VIT_DEFAULTS['patch_size']),
-                             f'{what} backbone')
+        if backbone.get('stem') is not None:
+            raise ValueError(f'{what}: a hybrid ViT (backbone.stem) sees every pixel through its '
+                             f'CNN before patches are masked or corrupted, so they would not be '
+                             f'hidden; masked pre-training needs a plain ViT (stem=None)')
+        check_patch_grid(backbone.get('img_size', _VIT_DEFAULTS['img_size']),
+                         backbone.get('patch_size', _VIT_DEFAULTS['patch_size']),
+                         f'{what} backbone')
         self.backbone = MODELS.build(backbone)
         if not isinstance(self.backbone, VisionTransformer):
             raise TypeError(f'{what}: the backbone must be a VisionTransformer, got '
@@ -50,7 +54,7 @@ class MaskedImageModel(BaseModel):
         check_maskable(self.backbone.grid_hw, mask_ratio, f'{what} backbone')
         self.mask_ratio = mask_ratio
         self.val_seed = val_seed
-        self.pixel_patch = self.backbone.out_strides[0]  # image pixels per patch side
+        self.pixel_patch = self.backbone.patch_size  # image pixels per patch side
 
     def draws(self, batch, num_patches, data_samples, device):
         """The random tensors of one forward (see the class doc for their source)."""

@@ -74,6 +74,13 @@ def test_replace_probs_must_sum_to_one():
         build(cfg)
 
 
+def test_a_hybrid_vit_is_refused():
+    cfg = mae_cfg()
+    cfg['backbone']['stem'] = dict(type='ResNet', depth=18, out_indices=(1,))
+    with pytest.raises(ValueError, match='a hybrid ViT .* sees every pixel through its CNN'):
+        build(cfg)
+
+
 def test_backbone_must_be_a_vit():
     cfg = mae_cfg()
     cfg['backbone'] = dict(type='ResNet', depth=18)
