@@ -3,7 +3,7 @@
 # 8x8 patches, no class token, learned 1D positions), on the shapes images without their labels
 # (generated under data/shapes/ on first use, the same files as the detection quickstarts'), so
 # its backbone.* weights load into that detector. 75% of the 16x16 patches are masked; a 2-layer
-# decoder of width 64 reconstructs them (normalised pixels).
+# decoder of width 64 reconstructs their pixels.
 #   python tools/train.py configs/mae/mae_vit_shapes_quickstart.py
 #   python tools/analysis/mae_reconstruction.py configs/mae/mae_vit_shapes_quickstart.py \
 #       work_dirs/mae_vit_shapes_quickstart/iter_1000.pth --num 8 --out mae_shapes.png
@@ -19,7 +19,10 @@ model = dict(
         type='VisionTransformer',
         arch=dict(embed_dims=128, num_layers=4, num_heads=4, feedforward_channels=512),
         img_size=img_size, patch_size=8, with_cls_token=False, drop_path_rate=0.0),
-    neck=dict(embed_dims=64, num_layers=2, num_heads=4))
+    neck=dict(embed_dims=64, num_layers=2, num_heads=4),
+    # plain pixel targets, as the MAE authors' model for pictures: normalised ones lose each
+    # hidden patch's colour, which tools/analysis/mae_reconstruction.py could then only guess
+    head=dict(norm_pix=False))
 
 train_pipeline = [
     dict(type='LoadImage'),

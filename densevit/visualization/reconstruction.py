@@ -26,14 +26,15 @@ def hide_patches(img, patch_mask, patch_size, fill=MASK_GREY):
     return out
 
 
-def reconstruction_figure(inputs, data_samples, patch_size, mean=None, std=None, rgb=True,
+def reconstruction_figure(inputs, recon, patch_mask, patch_size, mean=None, std=None, rgb=True,
                           gap=2):
-    """One row per image: masked input | reconstruction (visible patches pasted back, as the
-    paper shows) | original.
+    """One row per image: masked input | reconstruction | original.
 
     Args:
         inputs: [B, C, H, W] as the data preprocessor left them.
-        data_samples: MAE's predictions (``recon_pixels`` [C, H, W], ``patch_mask`` [h, w]).
+        recon: [B, C, H, W] the reconstruction in the same space
+            (``MAEPretrainHead.reconstruct``).
+        patch_mask: [B, h, w] bool, True where a patch was hidden.
         patch_size (int): pixels per patch side.
         mean, std: the data preprocessor's [C, 1, 1] normalisation (None: none).
         rgb (bool): the model's channels are RGB (written as BGR).
@@ -43,12 +44,12 @@ def reconstruction_figure(inputs, data_samples, patch_size, mean=None, std=None,
         uint8 [B*H + (B-1)*gap, 3*W + 2*gap, 3] BGR.
     """
     rows = []
-    for img, ds in zip(inputs, data_samples, strict=True):
+    for img, rec, hidden in zip(inputs, recon, patch_mask, strict=True):
         original = to_bgr_uint8(img, mean, std, rgb)
-        recon = to_bgr_uint8(ds.recon_pixels, mean, std, rgb)
-        masked = hide_patches(original, ds.patch_mask, patch_size)
+        masked = hide_patches(original, hidden, patch_size)
         sep = np.full((original.shape[0], gap, 3), GAP_WHITE, np.uint8)
-        rows.append(np.concatenate([masked, sep, recon, sep, original], axis=1))
+        rows.append(np.concatenate([masked, sep, to_bgr_uint8(rec, mean, std, rgb), sep,
+                                    original], axis=1))
     parts = []
     for i, row in enumerate(rows):
         if i:

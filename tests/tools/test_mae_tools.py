@@ -77,8 +77,8 @@ def test_train_logs_the_validation_loss_and_draws_curves(tmp_path, capsys):
     assert cv2.imread(str(out)) is not None
 
 
-@pytest.mark.parametrize('num', [3, 1])
-def test_reconstruction_figure_from_a_random_model(tmp_path, capsys, num):
+@pytest.mark.parametrize('num, options', [(3, []), (1, ['--raw', '--true-patch-stats'])])
+def test_reconstruction_figure_from_a_random_model(tmp_path, capsys, num, options):
     config = tiny_config(tmp_path)
     with DefaultScope.overwrite_default_scope('densevit'):
         model = MODELS.build(Config.fromfile(config).model)
@@ -88,7 +88,7 @@ def test_reconstruction_figure_from_a_random_model(tmp_path, capsys, num):
     out = tmp_path / 'fig.png'
     with isolated():
         rc = load_tool('tools/analysis/mae_reconstruction.py').main(
-            [config, str(ckpt), '--num', str(num), '--out', str(out), '--gap', '2'])
+            [config, str(ckpt), '--num', str(num), '--out', str(out), '--gap', '2', *options])
     assert rc == 0, capsys.readouterr().err
     img = cv2.imread(str(out))
     assert img.shape == (num * 32 + (num - 1) * 2, 3 * 32 + 2 * 2, 3)

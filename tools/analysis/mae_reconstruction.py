@@ -7,9 +7,11 @@ One row per image, the first N of the config's validation (else test) dataset, o
 ``--folder DIR`` (any images: the largest centred square, resized to the backbone's
 ``img_size``). Each image is masked as validation masks it (its own seed, the same
 every time; ``--seed`` draws other masks). The reconstruction shows the visible
-patches of the input and the model's prediction for the masked ones; with
-normalised-pixel targets (``norm_pix``) a predicted patch is shown with the true
-patch's mean and variance (see ``MAEPretrainHead.reconstruct``).
+patches of the input and the model's prediction for the masked ones (``--raw``: the
+model's output on every patch, as the paper's Figure 2 does). A model trained on
+normalised pixels (``norm_pix``) predicts each patch without its mean and contrast:
+they are taken from the image's visible patches (``--true-patch-stats``: from each
+hidden patch itself, which shows its true colour; see ``MAEPretrainHead.reconstruct``).
 """
 import argparse
 import sys
@@ -48,6 +50,11 @@ def main(argv=None):
     p.add_argument('--folder', help='images from this folder instead of the validation set')
     p.add_argument('--seed', type=int, help="mask seed (default: the model's val_seed)")
     p.add_argument('--gap', type=int, default=2, help='white pixels between panels')
+    p.add_argument('--raw', action='store_true',
+                   help='the model output on every patch (no visible patches pasted back)')
+    p.add_argument('--true-patch-stats', action='store_true',
+                   help='norm_pix models: show each predicted patch with the hidden patch\'s '
+                        'own mean and variance')
     args = p.parse_args(argv)
     if args.num < 1:
         p.error(f'--num must be at least 1, got {args.num}')
@@ -62,21 +69,25 @@ def main(argv=None):
         data = pseudo_collate([dataset[i] for i in range(min(args.num, len(dataset)))])
         with torch.no_grad():
             data = model.data_preprocessor(data, False)
-            samples = model(**data, mode='predict')
+            inputs = data['inputs']
+            out = model(inputs, data['data_samples'], mode='tensor')
+            recon = model.head.reconstruct(out['pred'], inputs, out['mask'], paste=not args.raw,
+                                           true_stats=args.true_patch_stats)
+            loss = model.head.per_image_loss(out['pred'], inputs, out['mask']).mean()
     except (*CHECKPOINT_ERRORS, FileNotFoundError, ValueError) as e:
         print(f'densevit: {e}', file=sys.stderr)
         return 1
     dp = model.data_preprocessor
     normalised = getattr(dp, '_enable_normalize', False)
-    figure = reconstruction_figure(data['inputs'], samples, model.pixel_patch,
+    h, w = inputs.shape[-2] // model.pixel_patch, inputs.shape[-1] // model.pixel_patch
+    figure = reconstruction_figure(inputs, recon, out['mask'].reshape(-1, h, w), model.pixel_patch,
                                    dp.mean if normalised else None, dp.std if normalised else None,
                                    rgb=getattr(dp, '_channel_conversion', False), gap=args.gap)
     if not cv2.imwrite(args.out, figure):
         print(f'densevit: could not write {args.out}', file=sys.stderr)
         return 1
-    loss = sum(float(s.pretrain_loss) for s in samples) / len(samples)
-    print(f'wrote {args.out}: {len(samples)} images (masked | reconstruction | original), '
-          f'mean loss on their masked patches {loss:.4f}')
+    print(f'wrote {args.out}: {len(inputs)} images (masked | reconstruction | original), '
+          f'mean loss on their masked patches {float(loss):.4f}')
     return 0
 
 

@@ -56,19 +56,33 @@ class MAEPretrainHead(BaseModule):
         err = (pred - self.target(img)).pow(2).mean(-1)
         return (err * mask).sum() / mask.sum()
 
-    def reconstruct(self, pred, img, mask):
-        """The image as the model sees it: visible patches from ``img``, masked ones from
-        ``pred`` -> [B, C, H, W] in ``img``'s (normalised) space.
+    def reconstruct(self, pred, img, mask, paste=True, true_stats=False):
+        """Pixels from the prediction -> [B, C, H, W] in ``img``'s (normalised) space.
 
-        With ``norm_pix`` a predicted patch is a normalised vector; it is shown with the
-        mean and variance of the true patch (which the model did not see), so a picture
-        shows the predicted structure, not a recovered colour.
+        Args:
+            pred: [B, N, P*P*C] the decoder's output; img: [B, C, H, W]; mask: [B, N].
+            paste (bool): visible patches from ``img``, only the masked ones from ``pred``;
+                False: the model's output on every patch (the MAE paper's Figure 2, where
+                the visible patches, which no loss trains, look worse).
+            true_stats (bool): with ``norm_pix`` a prediction is a normalised patch vector
+                and needs a mean and a variance to be shown. False (default): the mean,
+                over the image's visible patches, of their means and variances, which the
+                model saw; True: each patch's own, as MMPretrain shows it, which puts the
+                hidden patch's true colour and contrast into the picture (even an untrained
+                model then seems to recover the shapes).
         """
         patches = patchify(img, self.patch_size)
         if self.norm_pix:
-            mean, var = self._stats(patches)
+            mean, var = self._stats(patches)  # [B, N, 1]
+            if not true_stats:
+                visible = (~mask)[..., None]
+                count = visible.sum(1, keepdim=True)
+                mean = ((mean * visible).sum(1, keepdim=True) / count).expand_as(mean)
+                var = ((var * visible).sum(1, keepdim=True) / count).expand_as(var)
             pred = pred * (var + self.eps) ** .5 + mean
-        out = torch.where(mask[..., None], pred.to(patches.dtype), patches)
+        out = pred.to(patches.dtype)
+        if paste:
+            out = torch.where(mask[..., None], out, patches)
         hw = (img.shape[-2] // self.patch_size, img.shape[-1] // self.patch_size)
         return unpatchify(out, self.patch_size, hw, self.img_channels)
 

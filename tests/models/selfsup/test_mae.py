@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from densevit.models.selfsup.masking import patchify
 from densevit.structures import DataSample
 
 from selfsup_models import PE_CONFIGS, build, mae_cfg, pe_id, vit_cfg
@@ -103,13 +104,26 @@ def test_predict_pastes_visible_patches_and_scores_each_image():
         torch.testing.assert_close(s.pretrain_loss, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_a_perfect_prediction_reconstructs_the_image():
-    """With norm_pix, the normalised target undone with the true patch statistics is the image."""
+def test_reconstruction_statistics_and_pasting():
+    """norm_pix: a perfect prediction with each patch's own statistics is the image; by default
+    a hidden patch gets the mean of the visible patches' means and variances instead."""
     model = build(mae_cfg())
     img = torch.randn(2, 3, 32, 32)
-    mask = torch.ones(2, 16, dtype=torch.bool)
-    recon = model.head.reconstruct(model.head.target(img), img, mask)
+    target = model.head.target(img)
+    mask = torch.zeros(2, 16, dtype=torch.bool)
+    mask[:, 5:] = True
+    recon = model.head.reconstruct(target, img, mask, true_stats=True)
     torch.testing.assert_close(recon, img, rtol=1e-4, atol=1e-4)
+    recon = patchify(model.head.reconstruct(target, img, mask), 8)
+    patches = patchify(img, 8)
+    assert torch.equal(recon[:, :5], patches[:, :5])  # visible: pasted as they are
+    mean, var = patches.mean(-1), patches.var(-1)
+    for b in range(2):
+        m, v = mean[b, :5].mean(), var[b, :5].mean()
+        torch.testing.assert_close(recon[b, 5:], target[b, 5:] * (v + 1e-6).sqrt() + m,
+                                   rtol=1e-4, atol=1e-5)
+    raw = patchify(model.head.reconstruct(target, img, mask, paste=False, true_stats=True), 8)
+    torch.testing.assert_close(raw, patches, rtol=1e-4, atol=1e-4)  # every patch predicted
 
 
 @pytest.mark.parametrize('pe', PE_CONFIGS, ids=pe_id)
