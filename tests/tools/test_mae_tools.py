@@ -114,3 +114,11 @@ def test_reconstruction_tool_refuses_other_models(tmp_path, capsys):
     assert err[0] == ('densevit: MaskedPatchPrediction does not reconstruct pixels; this tool '
                       'shows MAE models')
     assert err[1].startswith('densevit: ') and 'missing.pth' in err[1]
+
+
+def test_check_tool_lists_the_unreadable_unlabelled_image(tmp_path, capsys):
+    config = tiny_config(tmp_path)
+    assert load_tool('tools/dataset/check.py').main([config]) == 1
+    out = capsys.readouterr().out
+    assert f"train: image: cannot decode image: {tmp_path / 'imgs' / 'train' / '0.png'}" in out
+    assert '1 problem found' in out
