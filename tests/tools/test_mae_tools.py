@@ -122,3 +122,17 @@ def test_check_tool_lists_the_unreadable_unlabelled_image(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"train: image: cannot decode image: {tmp_path / 'imgs' / 'train' / '0.png'}" in out
     assert '1 problem found' in out
+
+
+def test_train_without_validation_as_the_vit_b16_recipe(tmp_path):
+    """No val loop (the paper's recipe has none): trains, also on the clock, and saves."""
+    config = tiny_config(tmp_path, extra='val_dataloader = None\nval_cfg = None\n'
+                                         'val_evaluator = None\ntest_dataloader = None\n'
+                                         'test_cfg = None\ntest_evaluator = None\n')
+    work = tmp_path / 'work'
+    with isolated():
+        assert load_tool('tools/train.py').main(
+            [config, '--work-dir', str(work), '--minutes', '0.001',
+             '--cfg-options', *unique_names()]) == 0
+    assert any(work.glob('iter_*.pth')) and not (work / 'training_clock.csv').exists()
+    assert [r for r in scalar_records(work) if 'loss_rec' in r]
