@@ -54,4 +54,4 @@ auto_scale_lr = dict(base_batch_size=batch_size, enable=False)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=100),
     checkpoint=dict(type='AtomicCheckpointHook', interval=20, max_keep_ckpts=3))
-randomness = dict(seed=0)
+randomness = dict(seed=0, diff_rank_seed=True)  # each process its own masks

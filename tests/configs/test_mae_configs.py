@@ -37,6 +37,7 @@ def test_vit_b16_recipe_is_the_papers(epochs):
     assert (cosine.type, cosine.begin, cosine.end, cosine.eta_min) == (
         'CosineAnnealingLR', 40, epochs, 0.0)
     assert cfg.train_cfg.max_epochs == epochs and 'val_dataloader' not in cfg
+    assert cfg.randomness.diff_rank_seed  # each process its own masks
     crop = cfg.train_pipeline[1]
     assert (crop.type, crop.size, crop.scale) == ('RandomResizedCrop', 224, (0.2, 1.0))
     assert [s.type for s in cfg.train_pipeline] == ['LoadImage', 'RandomResizedCrop',

@@ -71,6 +71,18 @@ class MaskedImageModel(BaseModel):
             return inputs * dp.std + dp.mean
         return inputs
 
+    def check_sizes(self, inputs, data_samples):
+        """Every image of the batch must fill it: a padded one would be scored on padding."""
+        H, W = inputs.shape[-2:]
+        for ds in data_samples or ():
+            shape = ds.metainfo.get('img_shape')
+            if shape is not None and tuple(shape[:2]) != (H, W):
+                raise ValueError(
+                    f'{type(self).__name__}: image {ds.metainfo.get("img_path", "")} is '
+                    f'{shape[0]}x{shape[1]} but its batch is {H}x{W} (padded); pre-training '
+                    f'needs every image of a batch at one size: crop or resize them in the '
+                    f'pipeline (RandomResizedCrop, Resize)')
+
     def annotate(self, data_samples, inputs, mask, **per_image):
         """Write on each DataSample its ``patch_mask`` [h, w] (from ``mask`` [B, N]) and, for
         each keyword, its row of the given [B, ...] tensor; returns ``data_samples``."""
@@ -87,6 +99,7 @@ class MaskedImageModel(BaseModel):
         if mode not in ('loss', 'predict', 'tensor'):
             raise ValueError(f"{type(self).__name__}.forward: mode must be 'loss', 'predict' "
                              f"or 'tensor', got {mode!r}")
+        self.check_sizes(inputs, data_samples)
         tokens, hw = self.backbone.embed(inputs)
         check_maskable(hw, self.mask_ratio, f'{type(self).__name__} input')
         draws = self.draws(inputs.shape[0], hw[0] * hw[1], data_samples, inputs.device)

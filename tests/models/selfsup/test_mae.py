@@ -141,3 +141,13 @@ def test_decoder_refuses_a_position_embedding_it_cannot_use():
     cfg['neck']['pos_embed'] = 'relative'
     with pytest.raises(ValueError, match="pos_embed must be one of .* at the stem"):
         build(cfg)
+
+
+def test_images_of_another_size_than_their_batch_are_refused():
+    model = build(mae_cfg()).eval()
+    data = model.data_preprocessor(dict(
+        inputs=[torch.zeros(3, 32, 32, dtype=torch.uint8), torch.zeros(3, 24, 32, dtype=torch.uint8)],
+        data_samples=[DataSample(metainfo=dict(img_path='a.png', img_shape=(32, 32))),
+                      DataSample(metainfo=dict(img_path='b.png', img_shape=(24, 32)))]), False)
+    with pytest.raises(ValueError, match='image b.png is 24x32 but its batch is 32x32 .padded.'):
+        model(**data, mode='predict')
