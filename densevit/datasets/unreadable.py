@@ -1,7 +1,7 @@
 """``skip_unreadable``: training goes on past images that are missing or cannot be decoded.
 
-A dataset with ``skip_unreadable=True`` (CocoDataset, SegFolderDataset and their
-subclasses) catches the :data:`~densevit.datasets.transforms.loading.IMAGE_ERRORS`
+A dataset with ``skip_unreadable=True`` (CocoDataset, SegFolderDataset,
+UnlabelledImageDataset and their subclasses) catches the :data:`~densevit.datasets.transforms.loading.IMAGE_ERRORS`
 that ``LoadImage`` raises while training and draws another image instead, as
 mmengine's ``BaseDataset`` does when a pipeline returns None (at most
 ``max_refetch`` times in a row). Each skip travels with the replacement sample

@@ -13,9 +13,10 @@ import glob
 import json
 import os.path as osp
 
-# what to draw per task, and the top of its y axis
+# what to draw per task, and the top of its y axis (None: as high as the values go)
 CURVE_KEYS = {'coco/bbox_mAP_50': (('coco/bbox_mAP_50', 'coco/bbox_mAP'), 1.0),
-              'mIoU': (('mIoU', 'mAcc'), 100.0)}
+              'mIoU': (('mIoU', 'mAcc'), 100.0),
+              'pretrain/objective': (('pretrain/objective',), None)}  # MAE / MPP: lower is better
 
 
 def read_clock_csv(work_dir, file_name='training_clock.csv'):
@@ -84,7 +85,7 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
             color = line.get_color()
     ax.set_xlabel('training minutes' if x == 'minutes' else 'iteration')
     ax.set_ylabel('metric on val')
-    ax.set_ylim(0, top)
+    ax.set_ylim(0, top)  # top None: matplotlib's own upper limit
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -21,6 +21,7 @@ from densevit.models.layers.pos_embed_builder import (
     build_position_embedding,
     parse_position_embedding_cfg,
 )
+from densevit.models.layers.token_select import gather_tokens, select_bias, select_table
 from densevit.models.layers.vit_block import TransformerEncoderLayer
 from densevit.registry import MODELS
 from densevit.utils.defaults import DEFAULT, resolve_default
@@ -147,6 +148,11 @@ class VisionTransformer(BaseModule):
     Shapes:
         x: [B, C, H, W] with H, W multiples of P (or any, with ``pad_to_patch``) ->
         tuple of [B, D, ceil(H/P), ceil(W/P)], one per ``out_indices`` entry, in that order.
+
+    Masked pre-training (MAE, masked patch prediction) uses the steps of ``forward``
+    separately: :meth:`embed` (image -> patch tokens), then :meth:`encode` (tokens ->
+    the last layer's token sequence), optionally on a subset ``keep`` of the patches,
+    each with its full-grid position code (:meth:`forward_visible` does both).
     """
 
     def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
@@ -175,6 +181,7 @@ class VisionTransformer(BaseModule):
         self.patch_embed = PatchEmbed(in_channels, D, patch_size)
         grid_hw = self.patch_embed.output_hw(
             (img_size[0] // stem_stride, img_size[1] // stem_stride))
+        self.grid_hw = grid_hw  # the patch grid of an img_size input
         self.num_extra_tokens = 1 if with_cls_token else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if with_cls_token else None
         self.pos_embed_type, self.pos_embed_placement, _ = parse_position_embedding_cfg(pos_embed)
@@ -325,38 +332,51 @@ class VisionTransformer(BaseModule):
             print_log(f'{prefix}cls_token and its position row dropped: this ViT has no class '
                       f'token (with_cls_token=False)', logger='current')
 
-    def _layer_position(self, i, hw, shared):
-        """What layer i gets: (table to add [1, N, D] or None, attn bias [1, h, N, N] or None)."""
+    def _layer_position(self, i, hw, shared, keep):
+        """What layer i gets: (table to add [1 or B, N, D] or None, attn bias
+        [1 or B, h, N, N] or None), for the kept tokens (all when ``keep`` is None)."""
         placement = self.pos_embed_placement
         if self.pos_embed is None or placement == 'stem':
             return None, None
         if shared is None:  # every_layer: layer i's own table
-            pe = self.pos_embed[i]
-            shared = pe.table(hw) if pe.kind == 'absolute' else pe.bias(hw)
+            shared = self._position(self.pos_embed[i], hw, keep)
         return (None, shared) if self.pos_embed_type == 'relative' else (shared, None)
 
-    def forward(self, x):
-        """x: [B, C, H, W] -> tuple of [B, D, H/P, W/P] (see class docstring)."""
-        B = x.shape[0]
+    def _position(self, pe, hw, keep):
+        """One position module's table (absolute) or bias (relative), at the kept tokens."""
+        E = self.num_extra_tokens
+        if pe.kind == 'absolute':
+            return select_table(pe.table(hw), keep, E)
+        return select_bias(pe.bias(hw), keep, E)
+
+    def embed(self, x):
+        """x: [B, C, H, W] -> patch tokens [B, h*w, D] (before the class token and any
+        position embedding) and the patch grid (h, w)."""
         if self.stem is not None:
             x = self.stem(x)[-1]  # hybrid: patches of the CNN's feature map
         if self.pad_to_patch:
             x = F.pad(x, (0, -x.shape[-1] % self.patch_size, 0, -x.shape[-2] % self.patch_size))
-        x, (h, w) = self.patch_embed(x)  # [B, h*w, D]
+        return self.patch_embed(x)
+
+    def _layers(self, x, hw, keep, last):
+        """Patch tokens [B, h*w, D] -> yield (i, tokens [B, E + n, D]) after layers 0..last.
+
+        ``keep`` [B, n] (long, grid indices) keeps only those patches, each with the
+        position code of its place in the full grid; None keeps all (n = h*w).
+        """
+        B = x.shape[0]
+        if keep is not None:
+            x = gather_tokens(x, keep)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)
         if self.pos_embed_placement == 'stem':
-            x = self.pos_embed(x, (h, w))
-        x = self.pos_drop(x)  # [B, E + h*w, D]
+            x = x + select_table(self.pos_embed.table(hw), keep, self.num_extra_tokens)
+        x = self.pos_drop(x)  # [B, E + n, D]
         shared = None  # one table (or bias) built once per forward, used by every layer
         if self.pos_embed_placement == 'every_layer_shared':
-            pe = self.pos_embed
-            shared = pe.table((h, w)) if pe.kind == 'absolute' else pe.bias((h, w))
-
-        feats = {}
-        last_needed = max(self.out_indices)  # layers after it would be wasted work
-        for i, block in enumerate(self.blocks[:last_needed + 1]):
-            table, attn_bias = self._layer_position(i, (h, w), shared)
+            shared = self._position(self.pos_embed, hw, keep)
+        for i, block in enumerate(self.blocks[:last + 1]):
+            table, attn_bias = self._layer_position(i, hw, shared, keep)
             if table is not None:
                 x = x + table
             mask = None if attn_bias is None else attn_bias.to(x.dtype)
@@ -366,7 +386,37 @@ class VisionTransformer(BaseModule):
                 x = block(x, attn_mask=mask)
             if i == self.num_layers - 1 and self.norm is not None:
                 x = self.norm(x)
+            yield i, x
+
+    def encode(self, tokens, hw, keep=None):
+        """Patch tokens (from :meth:`embed`, possibly altered) -> the last layer's token
+        sequence [B, E + n, D] (final norm applied): the E extra (class) tokens, then the
+        kept patches in ``keep`` order.
+
+        Args:
+            tokens: [B, h*w, D] patch tokens of grid ``hw``.
+            hw (tuple[int, int]): the patch grid (h, w).
+            keep (Tensor, optional): [B, n] long, the grid indices (row-major) of the
+                patches to keep per image (MAE's visible patches); every position
+                embedding type and placement gathers the kept patches' rows (absolute)
+                or rows and columns (relative bias). None: all patches.
+        """
+        *_, (_, x) = self._layers(tokens, hw, keep, self.num_layers - 1)
+        return x
+
+    def forward_visible(self, x, keep=None):
+        """x: [B, C, H, W], keep: [B, n] -> [B, E + n, D]; :meth:`encode` of the image."""
+        tokens, hw = self.embed(x)
+        return self.encode(tokens, hw, keep)
+
+    def forward(self, x):
+        """x: [B, C, H, W] -> tuple of [B, D, H/P, W/P] (see class docstring)."""
+        B = x.shape[0]
+        tokens, (h, w) = self.embed(x)  # [B, h*w, D]
+        feats = {}
+        last_needed = max(self.out_indices)  # layers after it would be wasted work
+        for i, out in self._layers(tokens, (h, w), None, last_needed):
             if i in self.out_indices:
-                grid = x[:, self.num_extra_tokens:]  # drop the class token
+                grid = out[:, self.num_extra_tokens:]  # drop the class token
                 feats[i] = grid.transpose(1, 2).reshape(B, self.embed_dims, h, w).contiguous()
         return tuple(feats[i] for i in self.out_indices)
