@@ -58,6 +58,9 @@ class OnnxGraph:
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
+        # ONNX Runtime's idle workers otherwise spin for a while after each run, taking
+        # the cores from the PyTorch post-processing (and data loading) that comes next
+        options.add_session_config_entry('session.intra_op.allow_spinning', '0')
         self.task = task
         self.input_names, self.output_names = EXPECTED[task]
         self.session = ort.InferenceSession(str(path), options, providers=list(providers))

@@ -321,3 +321,31 @@ def test_finetune_config_loads_an_mae_encoder_with_layer_decay(name, tmp_path, l
     for key, mult in custom.items():
         hits = [n for n in lrs if key in n and n.startswith('bbox_head.')]
         assert all(lrs[n] == pytest.approx(base * mult.get('lr_mult', 1.)) for n in hits)
+
+
+@pytest.mark.parametrize('pretrain', ['mae_vit_shapes_quickstart.py', 'mpp_vit_shapes_quickstart.py'])
+def test_real_pretraining_model_into_the_detection_finetune_config(pretrain, tmp_path,
+                                                                   log_lines):
+    """End to end on the real models: the MAE / MPP quickstart model's own state dict, saved
+    as the Runner saves it, initialises the detection fine-tuning config's ViT exactly, and
+    everything that is not the encoder (decoder, head, mask embedding) is dropped, counted."""
+    pre_cfg = Config.fromfile(str(FINETUNE.parent / pretrain))
+    with DefaultScope.overwrite_default_scope('densevit'):
+        pre = MODELS.build(pre_cfg.model)
+    pre.init_weights()
+    randomize_(pre.backbone, seed=3)
+    sd = pre.state_dict()
+    path = tmp_path / 'iter_1000.pth'
+    torch.save({'meta': {'iter': 1000}, 'state_dict': sd}, path)
+    cfg = Config.fromfile(str(FINETUNE / 'deformable_detr_vit_shapes_mae.py'))
+    cfg.model.backbone.init_cfg.checkpoint = str(path)
+    with DefaultScope.overwrite_default_scope('densevit'):
+        model = MODELS.build(cfg.model)
+    model.init_weights()
+    ours = model.backbone.state_dict()
+    encoder = {k[len('backbone.'):]: v for k, v in sd.items() if k.startswith('backbone.')}
+    assert set(ours) == set(encoder)
+    for k, v in encoder.items():
+        torch.testing.assert_close(ours[k], v, atol=0, rtol=0)
+    assert sum(_dropped(log_lines).values()) == len(sd) - len(encoder) > 0
+    assert _no_warnings(log_lines)

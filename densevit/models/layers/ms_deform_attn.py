@@ -134,11 +134,12 @@ class MultiScaleDeformableAttention(nn.Module):
         if reference_points.shape[-1] == 2:
             # offsets are in pixels of each level: divide by (W_l, H_l)
             # per level, dividing by the sizes themselves: a tensor made of them would
-            # fix an exported graph to one input size
-            offsets = torch.stack([torch.stack([offsets[:, :, :, lvl, :, 0] / w,
-                                                offsets[:, :, :, lvl, :, 1] / h], -1)
-                                   for lvl, (h, w) in enumerate(level_shapes(spatial_shapes))],
-                                  3)
+            # fix an exported graph to one input size. unbind (not slicing): its backward
+            # stacks the gradients instead of zero-filling a full-size one per slice
+            offsets = torch.stack([torch.stack([x / w, y / h], -1)
+                                   for (x, y), (h, w) in zip(
+                                       (o.unbind(-1) for o in offsets.unbind(3)),
+                                       level_shapes(spatial_shapes), strict=True)], 3)
             locations = reference_points[:, :, None, :, None, :] + offsets
         elif reference_points.shape[-1] == 4:
             locations = (reference_points[:, :, None, :, None, :2] + offsets / P

@@ -1,7 +1,8 @@
-"""bf16 inference against fp32 on a trained checkpoint: the metric of each and the speed-up,
-in one run, interleaved batch by batch.
+"""Inference variants against PyTorch fp32 on a trained checkpoint (bf16, ONNX Runtime): the
+metric of each and the speed-up, in one run, interleaved batch by batch.
 
-    python benchmarks/bench_bf16.py CONFIG CHECKPOINT [--variants fp32 bf16 bf16-naive]
+    python benchmarks/bench_inference.py CONFIG CHECKPOINT
+        [--variants fp32 bf16 bf16-naive onnxruntime] [--onnx F.onnx]
         [--threads N] [--batch N] [--json FILE]
 
 The config's test split goes through its own pipeline; each batch is predicted once per
@@ -14,7 +15,11 @@ variant's predictions go to its own copy of the config's test metric. Variants:
   layers, deformable reference points and box refinement, post-processing:
   ``densevit/utils/precision.py``), as ``tools/test.py --bf16``;
 - ``bf16-naive``: autocast over everything, predictions only cast to float32 at the end
-  (what mmengine's ``fp16=True`` gave with a metric that casts; the ablation).
+  (what mmengine's ``fp16=True`` gave with a metric that casts; the ablation);
+- ``onnxruntime``: the network exported to ONNX (``--onnx F.onnx``, else exported here with
+  dynamic axes as ``tools/deploy/export_onnx.py --dynamic`` does) and run by ONNX Runtime with
+  the torch thread count, data preprocessor and post-processing shared
+  (``OnnxRuntimeModel``, as ``tools/test.py --backend onnxruntime``).
 
 Printed: each variant's metrics, its difference from fp32, and its median time per batch
 and speed-up over fp32.
@@ -25,7 +30,9 @@ import copy
 import json
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from mmengine.evaluator import Evaluator
@@ -54,7 +61,7 @@ def naive_bf16():
 
 
 def variant_context(name, device):
-    if name == 'fp32':
+    if name in ('fp32', 'onnxruntime'):
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
     if name == 'bf16-naive':
@@ -63,8 +70,26 @@ def variant_context(name, device):
     return stack
 
 
-def run(config, checkpoint, variants, batch=None):
+def onnx_model(model, onnx_file, workdir):
+    """``OnnxRuntimeModel`` of ``model``: ``onnx_file``, else exported into ``workdir``."""
+    from densevit.deploy.export import export_onnx
+    from densevit.deploy.onnx_model import OnnxRuntimeModel
+    if onnx_file is None:
+        onnx_file = Path(workdir) / 'model.onnx'
+        with torch.no_grad():
+            export_onnx(model, onnx_file, dynamic=True)
+    return OnnxRuntimeModel(model, onnx_file, threads=torch.get_num_threads())
+
+
+def run(config, checkpoint, variants, batch=None, onnx_file=None):
     model = init_model(config, checkpoint)
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {name: (onnx_model(model, onnx_file, tmp) if name == 'onnxruntime' else model)
+                  for name in variants}
+        return _run(model, models, variants, batch)
+
+
+def _run(model, models, variants, batch):
     device = next(model.parameters()).device.type
     cfg = model.cfg
     init_default_scope(cfg.get('default_scope', 'densevit'))
@@ -85,7 +110,7 @@ def run(config, checkpoint, variants, batch=None):
                 batch_data = copy.deepcopy(data)
                 with variant_context(name, device):
                     start = time.perf_counter()
-                    outputs = model.test_step(batch_data)
+                    outputs = models[name].test_step(batch_data)
                     times[name].append(time.perf_counter() - start)
                 evaluators[name].process(data_samples=outputs, data_batch=batch_data)
     metrics = {name: evaluators[name].evaluate(len(loader.dataset)) for name in variants}
@@ -97,7 +122,9 @@ def main(argv=None):
     p.add_argument('config')
     p.add_argument('checkpoint')
     p.add_argument('--variants', nargs='+', default=['fp32', 'bf16', 'bf16-naive'],
-                   choices=['fp32', 'bf16', 'bf16-naive'])
+                   choices=['fp32', 'bf16', 'bf16-naive', 'onnxruntime'])
+    p.add_argument('--onnx', help='the exported graph for the onnxruntime variant (default: '
+                   'exported from the checkpoint into a temporary folder)')
     p.add_argument('--batch', type=int, help='test batch size (default: the config\'s)')
     p.add_argument('--threads', type=int)
     p.add_argument('--json')
@@ -105,7 +132,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     variants = ['fp32'] + [v for v in args.variants if v != 'fp32']
-    metrics, times = run(args.config, args.checkpoint, variants, args.batch)
+    metrics, times = run(args.config, args.checkpoint, variants, args.batch, args.onnx)
     base = statistics.median(times['fp32'])
     report = {}
     for name in variants:
