@@ -3,12 +3,14 @@ image sizes (dynamic batch / height / width), and the predictions of a padded ba
 sizes through the shared post-processing (``OnnxRuntimeModel`` against ``model.predict``)."""
 import pytest
 import torch
-from onnx_cases import DET, SEG
+from onnx_cases import DET, ROWS, SEG
 
 from densevit.deploy.graphs import graph_for
 from densevit.deploy.onnx_model import OnnxRuntimeModel
 from densevit.deploy.runtime import OnnxGraph
 from densevit.structures import DataSample
+
+from tiny_run import load_tool
 
 TOL = 1e-4
 SIZES = [(1, 96, 96), (2, 80, 112), (3, 112, 72)]  # (batch, H, W), none the export example's
@@ -91,3 +93,16 @@ def test_padding_mask_is_an_input_of_the_detector_graph(exported):
     got = ort_graph(x, mask)
     assert (ref[0][1] - ref_nopad[0][1]).abs().max() > 1e-3
     assert (got[0] - ref[0]).abs().max() <= TOL and (got[1] - ref[1]).abs().max() <= TOL
+
+
+def test_rows_cover_the_backbone_head_matrix():
+    """Every backbone and every head of the matrix (tests/integration) is exported in some
+    row, as are Deformable DETR's options: the covering design of ``onnx_cases.py``."""
+    matrix = load_tool('tests/integration/test_backbone_head_matrix.py')
+    backbones = {b for b, _ in ROWS.values()}
+    heads = {h for _, h in ROWS.values()}
+    assert {b for b, _ in matrix.COMBOS} <= backbones, 'a matrix backbone has no ONNX row'
+    assert {h for _, h in matrix.COMBOS} <= heads, 'a matrix head has no ONNX row'
+    assert {'deformable_detr', 'deformable_detr (refine)',
+            'deformable_detr (refine, two-stage)'} <= heads
+    assert set(ROWS) == set(SEG + DET)
