@@ -62,10 +62,26 @@ class SwinBlock(nn.Module):
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
     def shift_for(self, hw):
-        """The shift this block applies to an (H, W) map: M // 2 or 0."""
-        if self.always_shift or min(hw) > self.window_size:
+        """The shift this block applies to an (H, W) map: M // 2 or 0; None when that
+        depends on a size that is symbolic (``always_shift=False`` under ``torch.export``):
+        the graph then decides, per input (see :meth:`shift_in_graph`)."""
+        if self.always_shift or not self.shift_size:
             return self.shift_size
-        return 0
+        if any(isinstance(v, torch.SymInt) for v in hw):
+            return None
+        return self.shift_size if min(hw) > self.window_size else 0
+
+    def shift_in_graph(self, hw, mask, device):
+        """(order, inverse, mask) of :func:`window_token_order` and the shifted-window mask,
+        chosen in the graph: shifted where the map's shorter side exceeds M, else unshifted
+        with a zero mask. For an exported graph (symbolic ``hw``), which must shift or not
+        as PyTorch does at each input size, not as at the size it was traced with."""
+        M = self.window_size
+        shifted = torch.scalar_tensor(torch.sym_min(*hw) > M, dtype=torch.bool, device=device)
+        order, inverse = window_token_order(tuple(hw), M, self.shift_size, device)
+        order_0, inverse_0 = window_token_order(tuple(hw), M, 0, device)
+        return (torch.where(shifted, order, order_0), torch.where(shifted, inverse, inverse_0),
+                torch.where(shifted, mask, torch.zeros_like(mask)))
 
     def window_attention(self, x, hw, mask):
         """x: [B, H*W, C] normalised tokens -> attention output, same shape."""
@@ -80,9 +96,13 @@ class SwinBlock(nn.Module):
             # padded tokens then take part in attention exactly as in the reference.
             x = F.pad(x.view(B, H, W, C), (0, 0, 0, Wp - W, 0, Hp - H)).view(B, Hp * Wp, C)
         # roll + window partition as one gather, and back (with the crop) as another
-        order, inverse = window_token_order(tuple(hw), M, shift, x.device)
+        if shift is None:  # (exporting) shifted or not by the input's size
+            order, inverse, mask = self.shift_in_graph(hw, mask, x.device)
+        else:
+            order, inverse = window_token_order(tuple(hw), M, shift, x.device)
+            mask = mask if shift else None
         nW = nh * nw
-        x = self.attn(x.index_select(1, order).view(B, nW, M * M, C), mask if shift else None)
+        x = self.attn(x.index_select(1, order).view(B, nW, M * M, C), mask)
         return x.view(B, nW * M * M, C).index_select(1, inverse)
 
     def forward(self, x, hw, mask=None):
@@ -162,7 +182,7 @@ class SwinStage(nn.Module):
 
     def forward(self, x, hw):
         # Every shifted block of the stage sees the same padded grid, so the same mask.
-        shifted = any(block.shift_for(hw) for block in self.blocks)
+        shifted = any(block.shift_for(hw) != 0 for block in self.blocks)  # (None: maybe)
         mask = self._shift_mask(hw, x.device) if shifted else None
         for block in self.blocks:
             if self.with_cp and self.training and x.requires_grad:

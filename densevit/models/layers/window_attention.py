@@ -98,7 +98,9 @@ def shifted_window_mask(hw, window_size, shift_size, device=None):
     label = regions(H)[:, None] * 3 + regions(W)[None, :]  # [H, W], 9 regions
     label = window_partition(label[None, :, :, None], M)[0, :, :, 0]  # [nW, M*M]
     same = label[:, :, None] == label[:, None, :]
-    return torch.zeros(same.shape, device=device).masked_fill_(~same, MASK_VALUE)
+    # (not zeros(same.shape).masked_fill_: exported with one window at the traced size, the
+    # ONNX graph built that shape wrong, and ONNX Runtime failed at sizes with more windows)
+    return torch.where(same, 0.0, MASK_VALUE)
 
 
 class WindowMultiheadAttention(nn.Module):
