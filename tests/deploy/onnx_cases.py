@@ -15,7 +15,7 @@ detr_vit                                      ViT, learned 1D PE                
 setr_pup_vit_pe_none                          ViT, no PE                          SETR PUP
 setr_mla_vit_learned_2d                       ViT, learned 2D PE every layer      SETR MLA
 segformer_sfp_vit_sincos_2d                   ViT, sin-cos PE every layer shared  SFP + SegFormer
-setr_pup_swin                                 Swin (shifted windows, padding)     SETR PUP
+setr_pup_swin                                 Swin, shift decided by size         SETR PUP
 setr_naive_resnet50                           ResNet-50                           SETR Naive
 deformable_detr_hybrid                        hybrid ResNet + ViT (2 levels)      Deformable DETR
 deformable_detr_vit_sfp                       ViT + SFP (detection quickstart)    Deformable DETR,
@@ -42,20 +42,20 @@ BN = dict(type='BN')
 VIT = dict(type='VisionTransformer', img_size=64, patch_size=8, with_cls_token=True,
            arch=dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64),
            drop_path_rate=0.0)
-# as the matrix's, with a second (shifted-window) block in the first stage: at 112 x 72 its
-# 28 x 18 map is padded to whole windows, so shift, mask and padding meet
-SWIN = dict(type='SwinTransformer', window_size=4, drop_path_rate=0.0,
-            arch=dict(embed_dims=16, depths=(2, 1, 1, 1), num_heads=(1, 1, 2, 2)))
+# The matrix's Swin with a second, shifted-window block in stages 0 and 2, and the shift of
+# Swin's classifiers (always_shift=False: no shift in a map no larger than the window), so
+# the graph must decide by the input's size: 5 x 5 windows, stage 2 shifts its 6 x 6 map at
+# 96 x 96 but not its 5 x 7 / 7 x 5 ones at 80 x 112 / 112 x 72; stage 0 always shifts, with
+# its map padded to whole windows at 96 x 96 and 112 x 72.
+SWIN = dict(type='SwinTransformer', window_size=5, always_shift=False, drop_path_rate=0.0,
+            arch=dict(embed_dims=16, depths=(2, 1, 2, 1), num_heads=(1, 1, 2, 2)))
 RESNET50 = dict(type='ResNet', depth=50, base_channels=8, stage_blocks=(1, 1, 1, 1),
                 out_indices=(0, 1, 2, 3), norm_cfg=BN)
 HYBRID = dict(type='VisionTransformer', img_size=64, patch_size=1, with_cls_token=False,
               stem=dict(RESNET50, out_indices=(2,)),
               arch=dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64))
-DETR_HEAD = dict(type='DETRHead', num_classes=K, embed_dims=16, num_queries=4,
-                 transformer=dict(num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                                  feedforward_channels=32, dropout=0.0))
 DEFORMABLE_TRANSFORMER = dict(num_heads=2, num_points=2, num_encoder_layers=1,
-                              num_decoder_layers=2, feedforward_channels=32, dropout=0.0)
+                              feedforward_channels=32, dropout=0.0)
 
 
 def _vit(pos_embed, **kwargs):
@@ -91,14 +91,11 @@ def _segformer_sfp(backbone):
                                  norm_cfg=BN))
 
 
-def _detr(backbone):
-    return dict(type='DETR', backbone=backbone, bbox_head=DETR_HEAD)
-
-
-def _deformable_head(levels, refine=False, two_stage=False):
+def _deformable_head(levels, refine=False, two_stage=False, decoder_layers=2):
     return dict(type='DeformableDETRHead', num_classes=K, embed_dims=32, num_queries=6,
                 num_feature_levels=levels, with_box_refine=refine, as_two_stage=two_stage,
-                num_dets=10, transformer=DEFORMABLE_TRANSFORMER)
+                num_dets=10, transformer=dict(DEFORMABLE_TRANSFORMER,
+                                              num_decoder_layers=decoder_layers))
 
 
 def _quickstart_deformable():
@@ -127,12 +124,14 @@ MODEL_CFGS = {
         _vit(dict(type='sincos_2d', placement='every_layer_shared'))),
     'setr_pup_swin': lambda: _setr_up(dict(SWIN, out_indices=(3,)), 'pup', 128),
     'setr_naive_resnet50': lambda: _setr_up(dict(RESNET50, out_indices=(3,)), 'naive', 256),
+    # one decoder layer where a second adds no code path (it does with box refinement
+    # alone: 2-d reference points become boxes for the second layer)
     'deformable_detr_hybrid': lambda: dict(type='DeformableDETR', backbone=HYBRID,
-                                           bbox_head=_deformable_head(2)),
+                                           bbox_head=_deformable_head(2, decoder_layers=1)),
     'deformable_detr_vit_sfp': _quickstart_deformable,
     'deformable_detr_refine_twostage_vit_relative': lambda: dict(
         type='DeformableDETR', backbone=_vit(dict(type='relative', placement='every_layer')),
-        bbox_head=_deformable_head(2, refine=True, two_stage=True)),
+        bbox_head=_deformable_head(2, refine=True, two_stage=True, decoder_layers=1)),
 }
 #: name -> (backbone as tests/integration/test_backbone_head_matrix.py names it, head)
 ROWS = {

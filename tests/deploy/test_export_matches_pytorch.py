@@ -106,3 +106,29 @@ def test_rows_cover_the_backbone_head_matrix():
     assert {'deformable_detr', 'deformable_detr (refine)',
             'deformable_detr (refine, two-stage)'} <= heads
     assert set(ROWS) == set(SEG + DET)
+
+
+def test_swin_mask_traced_at_one_window_holds_at_more(tmp_path):
+    """Swin's shifted-window mask traced where the map is a single window (Swin-T's last
+    stage at the 96 x 128 example) is right where it has several: the exporter had built
+    ``zeros(shape).masked_fill_`` with a wrong shape there, and ONNX Runtime failed."""
+    import onnxruntime as ort
+    from torch.export import Dim
+
+    from densevit.models.layers.window_attention import round_up, shifted_window_mask
+
+    class Mask(torch.nn.Module):
+        def forward(self, x):
+            H, W = x.shape[-2:]
+            return shifted_window_mask((round_up(H, 4), round_up(W, 4)), 4, 2)
+
+    example = torch.zeros(2, 1, 3, 4)  # a 3 x 4 map: one 4 x 4 window
+    program = torch.export.export(Mask(), (example,), strict=False,
+                                  dynamic_shapes=({2: Dim.DYNAMIC, 3: Dim.DYNAMIC},))
+    torch.onnx.export(program, (example,), tmp_path / 'mask.onnx', dynamo=True,
+                      optimize=False, verbose=False)
+    session = ort.InferenceSession(str(tmp_path / 'mask.onnx'),
+                                   providers=['CPUExecutionProvider'])
+    for hw in [(3, 4), (5, 5), (8, 12), (10, 7)]:
+        got = session.run(None, {session.get_inputs()[0].name: torch.zeros(2, 1, *hw).numpy()})
+        assert torch.equal(torch.from_numpy(got[0]), Mask()(torch.zeros(2, 1, *hw))), hw
