@@ -1,6 +1,11 @@
 """ONNX Runtime on an exported graph equals PyTorch within 1e-4: the graph's outputs at three
 image sizes (dynamic batch / height / width), and the predictions of a padded batch of mixed
-sizes through the shared post-processing (``OnnxRuntimeModel`` against ``model.predict``)."""
+sizes through the shared post-processing (``OnnxRuntimeModel`` against ``model.predict``).
+
+The rows (``onnx_cases.py``) are a covering design of the backbone x head matrix of
+tests/integration, not its product: every backbone exported once, with one head, and every
+head (and Deformable DETR's box refinement and two-stage) on some backbone; the matrix's own
+list checks the cover (``test_rows_cover_the_backbone_head_matrix``)."""
 import pytest
 import torch
 from onnx_cases import DET, ROWS, SEG
