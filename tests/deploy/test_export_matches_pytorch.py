@@ -1,14 +1,21 @@
 """ONNX Runtime on an exported graph equals PyTorch within 1e-4: the graph's outputs at three
 image sizes (dynamic batch / height / width), and the predictions of a padded batch of mixed
-sizes through the shared post-processing (``OnnxRuntimeModel`` against ``model.predict``)."""
+sizes through the shared post-processing (``OnnxRuntimeModel`` against ``model.predict``).
+
+The rows (``onnx_cases.py``) are a covering design of the backbone x head matrix of
+tests/integration, not its product: every backbone exported once, with one head, and every
+head (and Deformable DETR's box refinement and two-stage) on some backbone; the matrix's own
+list checks the cover (``test_rows_cover_the_backbone_head_matrix``)."""
 import pytest
 import torch
-from onnx_cases import DET, SEG
+from onnx_cases import DET, ROWS, SEG
 
 from densevit.deploy.graphs import graph_for
 from densevit.deploy.onnx_model import OnnxRuntimeModel
 from densevit.deploy.runtime import OnnxGraph
 from densevit.structures import DataSample
+
+from tiny_run import load_tool
 
 TOL = 1e-4
 SIZES = [(1, 96, 96), (2, 80, 112), (3, 112, 72)]  # (batch, H, W), none the export example's
@@ -91,3 +98,42 @@ def test_padding_mask_is_an_input_of_the_detector_graph(exported):
     got = ort_graph(x, mask)
     assert (ref[0][1] - ref_nopad[0][1]).abs().max() > 1e-3
     assert (got[0] - ref[0]).abs().max() <= TOL and (got[1] - ref[1]).abs().max() <= TOL
+
+
+def test_rows_cover_the_backbone_head_matrix():
+    """Every backbone and every head of the matrix (tests/integration) is exported in some
+    row, as are Deformable DETR's options: the covering design of ``onnx_cases.py``."""
+    matrix = load_tool('tests/integration/test_backbone_head_matrix.py')
+    backbones = {b for b, _ in ROWS.values()}
+    heads = {h for _, h in ROWS.values()}
+    assert {b for b, _ in matrix.COMBOS} <= backbones, 'a matrix backbone has no ONNX row'
+    assert {h for _, h in matrix.COMBOS} <= heads, 'a matrix head has no ONNX row'
+    assert {'deformable_detr', 'deformable_detr (refine)',
+            'deformable_detr (refine, two-stage)'} <= heads
+    assert set(ROWS) == set(SEG + DET)
+
+
+def test_swin_mask_traced_at_one_window_holds_at_more(tmp_path):
+    """Swin's shifted-window mask traced where the map is a single window (Swin-T's last
+    stage at the 96 x 128 example) is right where it has several: the exporter had built
+    ``zeros(shape).masked_fill_`` with a wrong shape there, and ONNX Runtime failed."""
+    import onnxruntime as ort
+    from torch.export import Dim
+
+    from densevit.models.layers.window_attention import round_up, shifted_window_mask
+
+    class Mask(torch.nn.Module):
+        def forward(self, x):
+            H, W = x.shape[-2:]
+            return shifted_window_mask((round_up(H, 4), round_up(W, 4)), 4, 2)
+
+    example = torch.zeros(2, 1, 3, 4)  # a 3 x 4 map: one 4 x 4 window
+    program = torch.export.export(Mask(), (example,), strict=False,
+                                  dynamic_shapes=({2: Dim.DYNAMIC, 3: Dim.DYNAMIC},))
+    torch.onnx.export(program, (example,), tmp_path / 'mask.onnx', dynamo=True,
+                      optimize=False, verbose=False)
+    session = ort.InferenceSession(str(tmp_path / 'mask.onnx'),
+                                   providers=['CPUExecutionProvider'])
+    for hw in [(3, 4), (5, 5), (8, 12), (10, 7)]:
+        got = session.run(None, {session.get_inputs()[0].name: torch.zeros(2, 1, *hw).numpy()})
+        assert torch.equal(torch.from_numpy(got[0]), Mask()(torch.zeros(2, 1, *hw))), hw

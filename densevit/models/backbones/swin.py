@@ -15,6 +15,7 @@ from densevit.models.layers.pos_embed_builder import (
     parse_position_embedding_cfg,
 )
 from densevit.models.layers.swin_block import SwinStage
+from densevit.models.layers.window_attention import round_up
 from densevit.registry import MODELS
 
 from .freeze import freeze
@@ -231,7 +232,8 @@ class SwinTransformer(BaseModule):
     def forward(self, x):
         """x: [B, C_in, H, W] -> tuple of NCHW maps (see class docstring)."""
         P = self.patch_size
-        x = F.pad(x, (0, -x.shape[-1] % P, 0, -x.shape[-2] % P))
+        H, W = x.shape[-2:]
+        x = F.pad(x, (0, round_up(W, P) - W, 0, round_up(H, P) - H))
         x, hw = self.patch_embed(x)  # [B, h*w, C]
         if self.absolute_pos_embed is not None:
             x = self.absolute_pos_embed(x, hw)

@@ -19,6 +19,16 @@ from mmengine.logging import print_log
 from torch import nn
 
 
+def same_grid(src_hw, dst_hw):
+    """Whether two grids are equal sizes known now. Symbolic sizes (a dynamic dimension
+    under ``torch.export``) count as different: comparing them would fix the exported
+    graph to one input size, so the (identity) resize stays in the graph instead."""
+    src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
+    if any(isinstance(v, torch.SymInt) for v in src_hw + dst_hw):
+        return False
+    return src_hw == dst_hw
+
+
 def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens, mode='bicubic'):
     """Resize the grid part of a position table to a new patch grid.
 
@@ -34,8 +44,7 @@ def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens, mode='bicubic'
         [1, E + h1*w1, D]; ``pos_embed`` itself when the sizes match.
     """
     src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
-    # under torch.export dst_hw is symbolic: comparing would fix the graph to one size
-    if not torch.compiler.is_exporting() and src_hw == dst_hw:
+    if same_grid(src_hw, dst_hw):
         return pos_embed
     h0, w0 = src_hw
     _, n, d = pos_embed.shape

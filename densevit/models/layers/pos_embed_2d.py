@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from mmengine.logging import print_log
 from torch import nn
 
+from .pos_embed import same_grid
+
 
 def resize_axis_table(table, length, mode='bicubic'):
     """Resize a per-axis table [n0, d] to [length, d] by 1D interpolation.
@@ -25,7 +27,7 @@ def resize_axis_table(table, length, mode='bicubic'):
     interpolation of the grid equals 1D interpolation of each axis table;
     doing it per axis keeps the x/y structure exact and costs O(n*d).
     """
-    if table.shape[0] == length:
+    if same_grid(table.shape[:1], (length,)):  # (symbolic under torch.export: resized)
         return table
     kwargs = {} if mode == 'nearest' else dict(align_corners=False)
     x = table.t()[None, :, None, :].float()  # [1, d, 1, n0]
@@ -164,7 +166,7 @@ class SinCos2DPositionEmbedding(nn.Module):
 
     def table(self, hw):
         """[1, E + h*w, D] for grid ``hw``."""
-        if tuple(hw) == self.num_patches_hw:
+        if same_grid(hw, self.num_patches_hw):  # (symbolic under torch.export: computed)
             return self.weight
         return self._compute(hw, self.weight.device).to(self.weight.dtype)
 

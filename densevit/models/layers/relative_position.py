@@ -24,12 +24,15 @@ import torch.nn.functional as F
 from mmengine.logging import print_log
 from torch import nn
 
+from .pos_embed import same_grid
+
 
 def relative_position_index(hw, device=None):
     """[h*w, h*w] long: row of the bias table for each (query, key) pair, row-major tokens."""
     h, w = hw
-    rows = torch.arange(h, device=device).repeat_interleave(w)  # [N] row of each token
-    cols = torch.arange(w, device=device).repeat(h)
+    # broadcast, not repeat / repeat_interleave: those lose their symbolic sizes in ONNX
+    rows = torch.arange(h, device=device)[:, None].expand(h, w).reshape(-1)  # [N] row of each token
+    cols = torch.arange(w, device=device)[None, :].expand(h, w).reshape(-1)
     dy = rows[:, None] - rows[None, :] + (h - 1)  # query minus key, shifted to >= 0
     dx = cols[:, None] - cols[None, :] + (w - 1)
     return dy * (2 * w - 1) + dx
@@ -49,7 +52,7 @@ def resize_relative_position_table(table, src_hw, dst_hw, mode='bicubic'):
         zero offset stays at the centre (align_corners=False maps centre to centre).
     """
     src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
-    if src_hw == dst_hw:
+    if same_grid(src_hw, dst_hw):  # (symbolic sizes under torch.export: resized)
         return table
     (h0, w0), (h1, w1) = src_hw, dst_hw
     rows, heads = table.shape
@@ -123,21 +126,30 @@ class RelativePositionBias(nn.Module):
 
     def _index(self, hw, device):
         """Flat [(E + h*w)^2] column of the extended table (see :meth:`bias`) per
-        (query, key) pair, row-major; cached for the last grid."""
+        (query, key) pair, row-major; cached for the last grid (not while exporting:
+        the grid is symbolic then, and the index a part of the graph)."""
+        if torch.compiler.is_exporting():
+            return self._build_index(hw, device)
         cache = self._index_cache
         if cache is None or cache[0] != hw or cache[1] != device:
             # A normal tensor even under inference_mode: index_select saves it for backward.
             with torch.inference_mode(False):
-                grid = relative_position_index(hw, device)
-                E, R = self.num_extra_tokens, (2 * hw[0] - 1) * (2 * hw[1] - 1)
-                index = torch.empty(E + grid.shape[0], E + grid.shape[0], dtype=torch.long,
-                                    device=device)
-                index[E:, E:] = grid
-                index[:E, E:] = R  # extra -> patch
-                index[E:, :E] = R + 1  # patch -> extra
-                index[:E, :E] = R + 2  # extra -> extra
-            cache = self._index_cache = (hw, device, index.flatten())
+                index = self._build_index(hw, device)
+            cache = self._index_cache = (hw, device, index)
         return cache[2]
+
+    def _build_index(self, hw, device):
+        grid = relative_position_index(hw, device)
+        E, R = self.num_extra_tokens, (2 * hw[0] - 1) * (2 * hw[1] - 1)
+        if not E:  # (a Swin window; fewer ops in an exported graph)
+            return grid.flatten()
+        index = torch.empty(E + grid.shape[0], E + grid.shape[0], dtype=torch.long,
+                            device=device)
+        index[E:, E:] = grid
+        index[:E, E:] = R  # extra -> patch
+        index[E:, :E] = R + 1  # patch -> extra
+        index[:E, :E] = R + 2  # extra -> extra
+        return index.flatten()
 
     def bias(self, hw):
         """[1, heads, E + h*w, E + h*w] bias for grid ``hw`` = (h, w)."""

@@ -21,7 +21,12 @@ from mmcv.cnn.bricks import DropPath
 from torch import nn
 
 from .vit_block import Mlp
-from .window_attention import WindowMultiheadAttention, shifted_window_mask, window_token_order
+from .window_attention import (
+    WindowMultiheadAttention,
+    round_up,
+    shifted_window_mask,
+    window_token_order,
+)
 
 
 class SwinBlock(nn.Module):
@@ -57,25 +62,48 @@ class SwinBlock(nn.Module):
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
     def shift_for(self, hw):
-        """The shift this block applies to an (H, W) map: M // 2 or 0."""
-        if self.always_shift or min(hw) > self.window_size:
+        """The shift this block applies to an (H, W) map: M // 2 or 0; None when that
+        depends on a size that is symbolic (``always_shift=False`` under ``torch.export``):
+        the graph then decides, per input (see :meth:`shift_in_graph`)."""
+        if self.always_shift or not self.shift_size:
             return self.shift_size
-        return 0
+        if any(isinstance(v, torch.SymInt) for v in hw):
+            return None
+        return self.shift_size if min(hw) > self.window_size else 0
+
+    def shift_in_graph(self, hw, mask, device):
+        """(order, inverse, mask) of :func:`window_token_order` and the shifted-window mask,
+        chosen in the graph: shifted where the map's shorter side exceeds M, else unshifted
+        with a zero mask. For an exported graph (symbolic ``hw``), which must shift or not
+        as PyTorch does at each input size, not as at the size it was traced with."""
+        M = self.window_size
+        shifted = torch.scalar_tensor(torch.sym_min(*hw) > M, dtype=torch.bool, device=device)
+        order, inverse = window_token_order(tuple(hw), M, self.shift_size, device)
+        order_0, inverse_0 = window_token_order(tuple(hw), M, 0, device)
+        return (torch.where(shifted, order, order_0), torch.where(shifted, inverse, inverse_0),
+                torch.where(shifted, mask, torch.zeros_like(mask)))
 
     def window_attention(self, x, hw, mask):
         """x: [B, H*W, C] normalised tokens -> attention output, same shape."""
         B, _, C = x.shape
         (H, W), M = hw, self.window_size
         shift = self.shift_for(hw)
-        pad_h, pad_w = -H % M, -W % M
-        if pad_h or pad_w:
+        nh, nw = (H + M - 1) // M, (W + M - 1) // M  # windows per column / row
+        Hp, Wp = nh * M, nw * M
+        # (while exporting, H and W are symbolic: the padding, maybe by 0, is always in the graph)
+        if torch.compiler.is_exporting() or Hp > H or Wp > W:
             # Pad with zeros before shifting (as the official detection code does):
             # padded tokens then take part in attention exactly as in the reference.
-            x = F.pad(x.view(B, H, W, C), (0, 0, 0, pad_w, 0, pad_h)).view(B, -1, C)
+            x = F.pad(x.view(B, H, W, C), (0, 0, 0, Wp - W, 0, Hp - H)).view(B, Hp * Wp, C)
         # roll + window partition as one gather, and back (with the crop) as another
-        order, inverse = window_token_order(tuple(hw), M, shift, x.device)
-        x = self.attn(x.index_select(1, order).view(B, -1, M * M, C), mask if shift else None)
-        return x.view(B, -1, C).index_select(1, inverse)
+        if shift is None:  # (exporting) shifted or not by the input's size
+            order, inverse, mask = self.shift_in_graph(hw, mask, x.device)
+        else:
+            order, inverse = window_token_order(tuple(hw), M, shift, x.device)
+            mask = mask if shift else None
+        nW = nh * nw
+        x = self.attn(x.index_select(1, order).view(B, nW, M * M, C), mask)
+        return x.view(B, nW * M * M, C).index_select(1, inverse)
 
     def forward(self, x, hw, mask=None):
         x = x + self.drop_path(self.window_attention(self.norm1(x), hw, mask))
@@ -101,10 +129,12 @@ class PatchMerging(nn.Module):
     def forward(self, x, hw):
         B, _, C = x.shape
         H, W = hw
-        x = F.pad(x.view(B, H, W, C), (0, 0, 0, W % 2, 0, H % 2))
-        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], -1)
-        h, w = x.shape[1:3]
-        return self.reduction(self.norm(x.view(B, h * w, 4 * C))), (h, w)
+        h, w = (H + 1) // 2, (W + 1) // 2
+        x = F.pad(x.view(B, H, W, C), (0, 0, 0, 2 * w - W, 0, 2 * h - H))
+        # [B, h, (row r), w, (col c), C] -> channels ordered (c, r): x[r::2, c::2] for
+        # (r, c) = (0, 0), (1, 0), (0, 1), (1, 1), the official concatenation
+        x = x.view(B, h, 2, w, 2, C).permute(0, 1, 3, 4, 2, 5).reshape(B, h * w, 4 * C)
+        return self.reduction(self.norm(x)), (h, w)
 
 
 class SwinStage(nn.Module):
@@ -141,7 +171,9 @@ class SwinStage(nn.Module):
         """The shifted blocks' mask for grid ``hw``; one per stage, rebuilt only when
         the padded grid or the device changes (not on every forward)."""
         M = self.window_size
-        padded = (-(-hw[0] // M) * M, -(-hw[1] // M) * M)
+        padded = (round_up(hw[0], M), round_up(hw[1], M))
+        if torch.compiler.is_exporting():  # symbolic sizes: the mask is part of the graph
+            return shifted_window_mask(padded, M, M // 2, device)
         cache = self._mask_cache
         if cache is None or cache[0] != padded or cache[1] != device:
             cache = self._mask_cache = (padded, device,
@@ -150,7 +182,7 @@ class SwinStage(nn.Module):
 
     def forward(self, x, hw):
         # Every shifted block of the stage sees the same padded grid, so the same mask.
-        shifted = any(block.shift_for(hw) for block in self.blocks)
+        shifted = any(block.shift_for(hw) != 0 for block in self.blocks)  # (None: maybe)
         mask = self._shift_mask(hw, x.device) if shifted else None
         for block in self.blocks:
             if self.with_cp and self.training and x.requires_grad:

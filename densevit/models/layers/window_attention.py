@@ -28,8 +28,26 @@ def window_partition(x, window_size):
     return x.reshape(B, (H // M) * (W // M), M * M, C)
 
 
-@functools.lru_cache(maxsize=32)
+def round_up(n, multiple):
+    """``n`` rounded up to a multiple: ``ceil(n / multiple) * multiple``.
+
+    Written as one floor division (not ``n + -n % multiple``) so that, under
+    ``torch.export``, every size derived from a symbolic ``n`` stays a short expression:
+    the nested remainders of four Swin stages otherwise take the exporter minutes.
+    """
+    return (n + multiple - 1) // multiple * multiple
+
+
 def window_token_order(hw, window_size, shift_size=0, device=None):
+    """See :func:`_window_token_order`; cached, except while exporting (the sizes are
+    symbolic then, and the gathers' indices a part of the graph)."""
+    if torch.compiler.is_exporting():
+        return _window_token_order.__wrapped__(hw, window_size, shift_size, device)
+    return _window_token_order(hw, window_size, shift_size, device)
+
+
+@functools.lru_cache(maxsize=32)
+def _window_token_order(hw, window_size, shift_size=0, device=None):
     """Two token gathers: roll + window partition, and window reverse + roll back + crop.
 
     For an H x W map zero-padded to Hp x Wp (multiples of M), rolled by ``-shift``
@@ -45,7 +63,7 @@ def window_token_order(hw, window_size, shift_size=0, device=None):
     """
     H, W = hw
     M, s = window_size, shift_size
-    Hp, Wp = H + -H % M, W + -W % M
+    Hp, Wp = round_up(H, M), round_up(W, M)
     # Normal tensors even under inference_mode: index_select saves its index for backward.
     with torch.inference_mode(False):
         idx = torch.arange(Hp * Wp, device=device).view(1, Hp, Wp, 1)
@@ -80,7 +98,9 @@ def shifted_window_mask(hw, window_size, shift_size, device=None):
     label = regions(H)[:, None] * 3 + regions(W)[None, :]  # [H, W], 9 regions
     label = window_partition(label[None, :, :, None], M)[0, :, :, 0]  # [nW, M*M]
     same = label[:, :, None] == label[:, None, :]
-    return torch.zeros(same.shape, device=device).masked_fill_(~same, MASK_VALUE)
+    # (not zeros(same.shape).masked_fill_: exported with one window at the traced size, the
+    # ONNX graph built that shape wrong, and ONNX Runtime failed at sizes with more windows)
+    return torch.where(same, 0.0, MASK_VALUE)
 
 
 class WindowMultiheadAttention(nn.Module):
@@ -126,7 +146,8 @@ class WindowMultiheadAttention(nn.Module):
         attn_mask = self.relative_position_bias((M, M)).to(q.dtype)  # [1, h, N, N], every window
         if mask is not None:
             attn_mask = attn_mask + mask.to(q.dtype)[:, None]  # [nW, h, N, N]
-            if B > 1:  # window w of image b is batch entry b*nW + w
+            # window w of image b is batch entry b*nW + w (B is symbolic under torch.export)
+            if torch.compiler.is_exporting() or B > 1:
                 attn_mask = attn_mask.expand(B, -1, -1, -1, -1).reshape(B * nW, h, N, N)
         x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                            dropout_p=self.attn_drop if self.training else 0.)
