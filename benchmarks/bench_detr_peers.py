@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 from bench_backbones import timed
+from mmengine.structures import InstanceData
 
 from densevit.apis import init_model
 from densevit.structures import DataSample
@@ -61,13 +62,14 @@ def _ours(config, state_dict, tmp):
     return init_model(str(ROOT / config), str(path), cfg_options=NO_PRETRAINED)
 
 
-def _our_samples(shapes, batch_shape, train):
+def _samples(shapes, batch_shape, train, sample_type=DataSample):
+    """One ``sample_type`` (densevit's ``DataSample`` or mmdet's ``DetDataSample``) per image,
+    with the metainfo both detectors read and, for training, ground-truth boxes."""
     samples = []
     for h, w in shapes:
-        ds = DataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=batch_shape,
-                                      batch_input_shape=batch_shape, scale_factor=(1.0, 1.0)))
+        ds = sample_type(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=batch_shape,
+                                       batch_input_shape=batch_shape, scale_factor=(1.0, 1.0)))
         if train:
-            from mmengine.structures import InstanceData
             bboxes, labels = _boxes(h, w)
             ds.gt_instances = InstanceData(bboxes=bboxes, labels=labels)
         samples.append(ds)
@@ -88,7 +90,6 @@ def mmdet_pair(tmp):
     from common import build, import_openmmlab
     from mmdet.structures import DetDataSample
     from mmengine.config import Config
-    from mmengine.structures import InstanceData
     _, mmdet = import_openmmlab()
     zoo = Path(mmdet.__file__).parent / '.mim/configs/detr/detr_r50_8xb2-150e_coco.py'
     cfg = Config.fromfile(str(zoo)).model
@@ -99,16 +100,7 @@ def mmdet_pair(tmp):
     ours = _ours('configs/detr_resnet50.py', peer.state_dict(), tmp)
 
     def samples(shapes, batch_shape, train):
-        out = []
-        for h, w in shapes:
-            ds = DetDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w),
-                                             batch_input_shape=batch_shape,
-                                             pad_shape=batch_shape, scale_factor=(1.0, 1.0)))
-            if train:
-                bboxes, labels = _boxes(h, w)
-                ds.gt_instances = InstanceData(bboxes=bboxes, labels=labels)
-            out.append(ds)
-        return out
+        return _samples(shapes, batch_shape, train, DetDataSample)
 
     def last_layer(x, shapes):
         logits, boxes = peer._forward(x, samples(shapes, tuple(x.shape[-2:]), False))
@@ -192,7 +184,7 @@ def main():
     x1, shapes1 = _batch(1)
     ours.eval(), peer.eval()
     with torch.no_grad():
-        out = ours(x1, _our_samples(shapes1, SHAPES[0], False), mode='tensor')
+        out = ours(x1, _samples(shapes1, SHAPES[0], False), mode='tensor')
         ref = fns['peer_outputs'](x1, shapes1)
     diffs = [(out['pred_logits'][-1] - ref[0]).abs().max().item(),
              (out['pred_boxes'][-1] - ref[1]).abs().max().item()]
@@ -202,7 +194,7 @@ def main():
 
     print(f'| {name} | densevit (ms) | {peer_name} (ms) | densevit / peer |')
     print('|---|---|---|---|')
-    a, b, ratio = timed(lambda x: ours(x, _our_samples(shapes1, SHAPES[0], False),
+    a, b, ratio = timed(lambda x: ours(x, _samples(shapes1, SHAPES[0], False),
                                        mode='predict'),
                         lambda x: fns['peer_predict'](x, shapes1), x1, args.repeats)
     print(f'| inference, 1 x 800x1066 | {a * 1e3:.0f} | {b * 1e3:.0f} | {1 / ratio:.2f} |',
@@ -212,7 +204,7 @@ def main():
     x2, shapes2 = _batch(2)
     ours.train(), peer.train()
     a, b, ratio = timed(
-        _train_step(ours, lambda x: ours(x, _our_samples(shapes2, SHAPES[0], True),
+        _train_step(ours, lambda x: ours(x, _samples(shapes2, SHAPES[0], True),
                                          mode='loss')),
         _train_step(peer, lambda x: fns['peer_loss'](x, shapes2)), x2, args.repeats, grad=True)
     print(f'| training step, batch 2 | {a * 1e3:.0f} | {b * 1e3:.0f} | {1 / ratio:.2f} |')
