@@ -24,7 +24,7 @@ import densevit  # noqa: F401  (allow-list for checkpoints)
 from densevit.checkpoint.safe_load import UnsafeCheckpointError, load_checkpoint_safely
 
 from tiny_checkpoints import trained_checkpoint
-from tiny_run import REPO, isolated, load_tool, unique_names, write_config
+from tiny_run import REPO, isolated, load_tool, subprocess_env, unique_names, write_config
 
 NO_VAL = ['train_cfg.val_begin=1000']
 
@@ -43,7 +43,7 @@ def test_sigkill_then_resume_ends_like_an_uninterrupted_run(train_tool, tmp_path
     options = [f'train_cfg.max_iters={n}', 'default_hooks.checkpoint.interval=2', *NO_VAL]
     config = write_config(tmp_path)
     killed = tmp_path / 'killed'
-    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONPATH=str(REPO))
+    env = subprocess_env()
     proc = subprocess.Popen([sys.executable, str(REPO / 'tools/train.py'), config, '--work-dir',
                              str(killed), '--cfg-options', *options], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

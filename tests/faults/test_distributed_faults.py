@@ -22,7 +22,7 @@ import densevit  # noqa: F401  (allow-list for checkpoints)
 from densevit.checkpoint.safe_load import load_checkpoint_safely
 from densevit.engine.dist_faults import TIMEOUT_ENV, collective_timeout
 
-from tiny_run import REPO, free_port, run_launcher, write_config
+from tiny_run import REPO, free_port, run_launcher, subprocess_env, write_config
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason='the CPU (gloo) path')
 N = 24  # iterations; a checkpoint every 2
@@ -31,8 +31,7 @@ OPTIONS = ['--cfg-options', f'train_cfg.max_iters={N}', 'default_hooks.checkpoin
 
 
 def _env(**extra):
-    return dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONPATH=str(REPO),
-                **extra)
+    return subprocess_env(**extra)
 
 
 def launch_plain(config, work, **env):

@@ -135,3 +135,40 @@ def test_hook_raises_on_non_finite_loss(loss, shown):
 def test_hook_runs_before_logging_and_checkpointing():
     from mmengine.runner.priority import get_priority
     assert get_priority(NonFiniteLossHook.priority) < get_priority('BELOW_NORMAL')  # LoggerHook
+
+
+def _skipping_runner(init_scale):
+    """A runner whose fp16 loss scaler (as in ``AmpOptimWrapper``, here on CPU) has just
+    met an inf gradient: the real ``GradScaler.step`` skipped the step and halved the scale."""
+    from mmengine.logging import MessageHub
+    weight = nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler = torch.amp.GradScaler('cpu', init_scale=init_scale)
+    scaler.scale(weight.sum()).backward()
+    weight.grad[0] = math.inf
+    scaler.unscale_(optimizer)
+    grad_norm = torch.linalg.vector_norm(weight.grad)
+    scaler.step(optimizer)
+    scaler.update()
+    assert torch.equal(weight.detach(), torch.ones(2))  # skipped: the weights unchanged
+    hub = MessageHub.get_instance('nonfinite_amp_test')
+    hub.update_scalar('train/grad_norm', float(grad_norm))
+    return SimpleNamespace(iter=9, epoch=0, message_hub=hub,
+                           optim_wrapper=SimpleNamespace(loss_scaler=scaler))
+
+
+def test_an_fp16_skipped_step_is_logged_not_fatal(capsys):
+    """The first steps of fp16 AMP overflow at scale 65536 (DETR's do on an H100)."""
+    from mmengine.logging import MMLogger
+    MMLogger.get_instance('nonfinite_amp_test', log_level='INFO')  # 'current', on captured stdout
+    runner = _skipping_runner(init_scale=65536.0)
+    NonFiniteLossHook().after_train_iter(runner, 0, outputs=dict(loss=torch.tensor(26.4)))
+    assert 'step skipped by the fp16 loss scaler; loss scale now 32768' in capsys.readouterr().out
+
+
+def test_non_finite_gradients_at_a_scale_below_one_stop_training():
+    runner = _skipping_runner(init_scale=1.0)  # halved to 0.5
+    with pytest.raises(NonFiniteLossError,
+                       match=r'gradient norm is inf at iteration 10 .* fp16 loss scale has fallen '
+                             r'to 0.5 \(below 1\)'):
+        NonFiniteLossHook().after_train_iter(runner, 0, outputs=dict(loss=torch.tensor(1.0)))

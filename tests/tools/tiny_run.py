@@ -161,6 +161,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def subprocess_env(*paths, **extra):
+    """``os.environ`` for a child process: one torch thread, ``REPO`` and ``paths`` ahead of
+    any PYTHONPATH already set (where the dependencies may live), then ``extra``."""
+    path = [str(REPO), *map(str, paths), *filter(None, [os.environ.get('PYTHONPATH')])]
+    return dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1',
+                PYTHONPATH=os.pathsep.join(path), **extra)
+
+
 def run_launcher(script, *args, cwd, timeout=300):
     """Run ``tools/<script>`` (a .sh launcher) in a subprocess; returns CompletedProcess.
 
@@ -169,8 +177,7 @@ def run_launcher(script, *args, cwd, timeout=300):
     (collect_results writes the ranks' parts there).
     """
     import subprocess
-    env = dict(os.environ, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PORT=str(free_port()),
-               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / 'tests' / 'tools')]))
+    env = subprocess_env(REPO / 'tests' / 'tools', PORT=str(free_port()))
     proc = subprocess.run(['bash', str(REPO / 'tools' / script), *map(str, args)], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f'{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}'

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # functions called indirectly, through step()
 # The GPU path end to end, on a machine with one or more CUDA GPUs (docs/gpu.md).
-#   tools/dev/gpu_check.sh [--out DIR] [--iters N]
+#   tools/dev/gpu_check.sh [--out DIR] [--iters N] [--skip STEP]...
 # Run from the repository root after the README's install with a CUDA build of torch;
 # installs nothing. Each step prints a header, its time and PASS/FAIL and goes on past
 # failures; the summary goes to stdout and DIR/gpu_check_summary.txt (default DIR:
 # work_dirs/gpu_check). Exit status 1 if any step failed. PYTHON picks the interpreter.
+# --skip STEP (repeatable) reports that step SKIP without running it (e.g. pytest_all, when
+# the suite runs elsewhere or in parallel).
 set -uo pipefail
 
 OUT=work_dirs/gpu_check
 ITERS=40
+SKIPS=" "
 while [ $# -gt 0 ]; do
     case $1 in
         --out) OUT=${2:?--out needs a folder}; shift 2 ;;
         --iters) ITERS=${2:?--iters needs a number}; shift 2 ;;
-        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
-        *) echo "usage: $0 [--out DIR] [--iters N]" >&2; exit 2 ;;
+        --skip) SKIPS="$SKIPS${2:?--skip needs a step name} "; shift 2 ;;
+        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        *) echo "usage: $0 [--out DIR] [--iters N] [--skip STEP]..." >&2; exit 2 ;;
     esac
 done
 if [ ! -f tools/train.py ] || [ ! -d densevit ]; then
@@ -35,6 +39,10 @@ LAST=
 step() {
     local name=$1 start end secs result
     shift
+    if [[ "$SKIPS" == *" $name "* ]]; then
+        skip "$name" "--skip"
+        return
+    fi
     echo
     echo "=== $name: $*"
     start=$(date +%s)

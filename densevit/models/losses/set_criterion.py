@@ -95,7 +95,10 @@ class SetCriterion(nn.Module):
             # class weights made in the logits' dtype: no buffer for model.to(dtype) to round
             class_weight = logits.new_ones(self.num_classes + 1)
             class_weight[-1] = self.no_object_weight
-            loss_cls = F.cross_entropy(logits.transpose(1, 2), target_classes, class_weight)
+            # as [B*Q, C+1] rows: CUDA's 2D (per-position) kernel has no deterministic
+            # reduction, and tools/train.py's deterministic runs refuse it
+            loss_cls = F.cross_entropy(logits.flatten(0, 1), target_classes.flatten(),
+                                       class_weight)
 
         src_boxes = boxes[batch_idx, src_idx]
         tgt_boxes = torch.cat(
