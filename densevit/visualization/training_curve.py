@@ -53,6 +53,41 @@ def read_rows(work_dir, x, file_name='training_clock.csv'):
     return read_val_records(work_dir)
 
 
+def _main_key(work_dir, rows):
+    """The metric drawn solid for a run (the first of its task's ``CURVE_KEYS``)."""
+    keys = next((v[0] for k, v in CURVE_KEYS.items() if k in rows[0]), ())
+    if not keys:
+        raise ValueError(f'{work_dir}: none of the metrics drawn ({", ".join(CURVE_KEYS)}) in '
+                         f'its records: {", ".join(sorted(rows[0]))}')
+    return keys[0]
+
+
+def curve_table(work_dirs, x='iter', file_name='training_clock.csv', labels=None):
+    """A Markdown table of each run's main metric (a row per run, a column per ``x`` at
+    which any run validated; blank where a run did not)."""
+    labels = labels or [osp.basename(osp.normpath(wd)) for wd in work_dirs]
+    if len(labels) != len(work_dirs):
+        raise ValueError(f'{len(labels)} labels for {len(work_dirs)} work dirs')
+    runs, columns = [], set()
+    for wd, label in zip(work_dirs, labels, strict=True):
+        rows = read_rows(wd, x, file_name)
+        values = {}
+        if rows:
+            key = _main_key(wd, rows)
+            values = {float(r[x]): float(r[key]) for r in rows}
+        runs.append((label, key if rows else '', values))
+        columns |= set(values)
+    columns = sorted(columns)
+    head = [x, *(f'{c:g}' for c in columns)]
+    lines = ['| ' + ' | '.join(['run', 'metric', *head[1:]]) + ' |',
+             '|' + '---|' * (len(columns) + 2)]
+    for label, key, values in runs:
+        cells = [f'{values[c]:.4g}' if c in values else '' for c in columns]
+        lines.append('| ' + ' | '.join([label, key, *cells]) + ' |')
+    return '\n'.join([f'(columns: {"training minutes" if x == "minutes" else "iteration"})',
+                      *lines])
+
+
 def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv', labels=None):
     """Draw each run's main metric (solid) and its companion (dashed) against ``x``.
 
@@ -74,10 +109,8 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
         rows = read_rows(wd, x, file_name)
         if not rows:
             continue
-        keys, top = next((v for k, v in CURVE_KEYS.items() if k in rows[0]), ((), 1.0))
-        if not keys:
-            raise ValueError(f'{wd}: none of the metrics drawn ({", ".join(CURVE_KEYS)}) in '
-                             f'its records: {", ".join(sorted(rows[0]))}')
+        _main_key(wd, rows)
+        keys, top = next(v for k, v in CURVE_KEYS.items() if k in rows[0])
         color = None  # one colour per run: its main metric solid, the companion dashed
         for key, style in zip(keys, ('-o', '--s'), strict=False):
             (line,) = ax.plot([float(r[x]) for r in rows], [float(r[key]) for r in rows], style,

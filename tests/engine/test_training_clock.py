@@ -90,6 +90,20 @@ def test_plot_curves_against_iterations(tmp_path):
     assert cv2.imread(str(out)) is not None
 
 
+def test_plot_curves_table(tmp_path, capsys):
+    """--table: a row per run, a column per validated iteration, blank where a run has none."""
+    for name, records in [('a', [(100, 20.0), (200, 40.0)]), ('b', [(200, 45.5)])]:
+        (tmp_path / name / '20260101_000000' / 'vis_data').mkdir(parents=True)
+        (tmp_path / name / '20260101_000000' / 'vis_data' / 'scalars.json').write_text(
+            '\n'.join(f'{{"mIoU": {m}, "mAcc": 1.0, "step": {s}}}' for s, m in records))
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    assert plot_tool.main([str(tmp_path / 'a'), str(tmp_path / 'b'), '--x', 'iter', '--table',
+                           '--out', str(tmp_path / 't.png')]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:5] == ['(columns: iteration)', '| run | metric | 100 | 200 |', '|---|---|---|---|',
+                       '| a | mIoU | 20 | 40 |', '| b | mIoU |  | 45.5 |']
+
+
 class _Clock:
     """A stand-in for time.perf_counter, advanced by hand."""
 

@@ -2,6 +2,7 @@
 
     python tools/analysis/plot_curves.py work_dirs/curves/* --out curves.png
     python tools/analysis/plot_curves.py work_dirs/seed_* --x iter --out seeds.png
+    python tools/analysis/plot_curves.py work_dirs/seed_* --x iter --table   # also print a table
 
 Against training minutes, each WORK_DIR holds the ``training_clock.csv`` that
 ``tools/train.py --minutes`` writes; against iterations (``--x iter``), any
@@ -10,7 +11,7 @@ Against training minutes, each WORK_DIR holds the ``training_clock.csv`` that
 import argparse
 import sys
 
-from densevit.visualization.training_curve import plot_curves
+from densevit.visualization.training_curve import curve_table, plot_curves
 
 
 def main(argv=None):
@@ -20,8 +21,12 @@ def main(argv=None):
     p.add_argument('--x', choices=['minutes', 'iter'], default='minutes',
                    help='horizontal axis (default: training minutes)')
     p.add_argument('--labels', nargs='+', help='legend names, one per work dir')
+    p.add_argument('--table', action='store_true',
+                   help="also print each run's main metric at every validation (Markdown)")
     args = p.parse_args(argv)
     try:
+        if args.table:
+            print(curve_table(args.work_dirs, x=args.x, labels=args.labels))
         print(f'wrote {plot_curves(args.work_dirs, args.out, x=args.x, labels=args.labels)}')
     except (FileNotFoundError, ValueError) as e:
         print(f'densevit: {e}', file=sys.stderr)
