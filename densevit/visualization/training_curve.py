@@ -53,13 +53,13 @@ def read_rows(work_dir, x, file_name='training_clock.csv'):
     return read_val_records(work_dir)
 
 
-def _main_key(work_dir, rows):
-    """The metric drawn solid for a run (the first of its task's ``CURVE_KEYS``)."""
-    keys = next((v[0] for k, v in CURVE_KEYS.items() if k in rows[0]), ())
-    if not keys:
+def _curve_keys(work_dir, rows):
+    """(metrics to draw: main, companion; top of the y axis) of a run's task (``CURVE_KEYS``)."""
+    found = next((v for k, v in CURVE_KEYS.items() if k in rows[0]), None)
+    if found is None:
         raise ValueError(f'{work_dir}: none of the metrics drawn ({", ".join(CURVE_KEYS)}) in '
                          f'its records: {", ".join(sorted(rows[0]))}')
-    return keys[0]
+    return found
 
 
 def curve_table(work_dirs, x='iter', file_name='training_clock.csv', labels=None):
@@ -71,15 +71,12 @@ def curve_table(work_dirs, x='iter', file_name='training_clock.csv', labels=None
     runs, columns = [], set()
     for wd, label in zip(work_dirs, labels, strict=True):
         rows = read_rows(wd, x, file_name)
-        values = {}
-        if rows:
-            key = _main_key(wd, rows)
-            values = {float(r[x]): float(r[key]) for r in rows}
-        runs.append((label, key if rows else '', values))
+        key = _curve_keys(wd, rows)[0][0] if rows else ''
+        values = {float(r[x]): float(r[key]) for r in rows}
+        runs.append((label, key, values))
         columns |= set(values)
     columns = sorted(columns)
-    head = [x, *(f'{c:g}' for c in columns)]
-    lines = ['| ' + ' | '.join(['run', 'metric', *head[1:]]) + ' |',
+    lines = ['| ' + ' | '.join(['run', 'metric', *(f'{c:g}' for c in columns)]) + ' |',
              '|' + '---|' * (len(columns) + 2)]
     for label, key, values in runs:
         cells = [f'{values[c]:.4g}' if c in values else '' for c in columns]
@@ -109,8 +106,7 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
         rows = read_rows(wd, x, file_name)
         if not rows:
             continue
-        _main_key(wd, rows)
-        keys, top = next(v for k, v in CURVE_KEYS.items() if k in rows[0])
+        keys, top = _curve_keys(wd, rows)
         color = None  # one colour per run: its main metric solid, the companion dashed
         for key, style in zip(keys, ('-o', '--s'), strict=False):
             (line,) = ax.plot([float(r[x]) for r in rows], [float(r[key]) for r in rows], style,
