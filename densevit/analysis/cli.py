@@ -10,6 +10,7 @@ import os
 import time
 
 import torch
+from mmengine.config import DictAction
 
 from densevit.analysis.attention_capture import capture_attention
 from densevit.analysis.inputs import (
@@ -22,7 +23,8 @@ from densevit.analysis.inputs import (
 
 
 def base_parser(description, images=False, num_images=100):
-    """CONFIG, CHECKPOINT, --out-dir, --device; with ``images``, the image arguments too."""
+    """CONFIG, CHECKPOINT, --out-dir, --device, --cfg-options; with ``images``, the image
+    arguments too."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument('config')
     p.add_argument('checkpoint', help="weights ('none' keeps the random initialisation)")
@@ -35,6 +37,9 @@ def base_parser(description, images=False, num_images=100):
                        help="default: the size the position table was made for")
     p.add_argument('--out-dir', default='work_dirs/analysis')
     p.add_argument('--device', default='cpu')
+    p.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+                   help='override config settings (key=value), e.g. the model a checkpoint '
+                        'was trained with: model.neck.num_layers=1')
     return p
 
 
@@ -42,7 +47,7 @@ def setup(args):
     """Make ``args.out_dir``; return (model, vit backbone) (checkpoint 'none': random weights)."""
     os.makedirs(args.out_dir, exist_ok=True)
     ckpt = None if args.checkpoint.lower() == 'none' else args.checkpoint
-    return load_vit_model(args.config, ckpt, args.device)
+    return load_vit_model(args.config, ckpt, args.device, args.cfg_options)
 
 
 def captured_batches(model, vit, args):

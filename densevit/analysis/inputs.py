@@ -26,9 +26,10 @@ def find_vit(model):
     return vit
 
 
-def load_vit_model(config, checkpoint, device='cpu'):
-    """(model, vit backbone) from a config and checkpoint, in eval mode."""
-    model = init_model(config, checkpoint, device=device)
+def load_vit_model(config, checkpoint, device='cpu', cfg_options=None):
+    """(model, vit backbone) from a config (with ``cfg_options`` merged) and checkpoint, in
+    eval mode."""
+    model = init_model(config, checkpoint, device=device, cfg_options=cfg_options)
     return model, find_vit(model)
 
 

@@ -45,4 +45,37 @@ def test_every_layer_of_a_vit():
     assert len(rows) == 3 and vit.out_indices == [2]  # restored
     with torch.no_grad():
         last = vit(x)[-1]
-    assert rows[-1] == pytest.approx(token_statistics(last))
+    stats = {k: rows[-1][k] for k in ('norm', 'cosine', 'common')}
+    assert stats == pytest.approx(token_statistics(last))
+    assert not any(b.attn._forward_hooks or b.mlp._forward_hooks for b in vit.blocks)
+
+
+def _share(t):
+    flat = t.reshape(-1, t.shape[-1]).double()
+    return (flat.mean(0).dot(flat.mean(0)) / (flat ** 2).sum(1).mean()).item()
+
+
+def test_branch_shares_by_hand_and_a_dead_layer():
+    """The attention and MLP outputs recomputed step by step from the first block's parts
+    (pre-norm residual: x + attn(norm1 x), then + mlp(norm2 x)); then a block whose MLP
+    adds a constant: its MLP share is 1."""
+    from densevit.models.backbones.vit import VisionTransformer
+    torch.manual_seed(0)
+    vit = VisionTransformer(arch=dict(embed_dims=16, num_layers=2, num_heads=2,
+                                      feedforward_channels=32),
+                            img_size=16, patch_size=4, with_cls_token=True).eval()
+    x = torch.randn(3, 3, 16, 16)
+    rows = layer_token_statistics(vit, x)
+    with torch.no_grad():
+        tokens, hw = vit.embed(x)
+        t = torch.cat([vit.cls_token.expand(3, -1, -1), tokens], 1) + vit.pos_embed.table(hw)
+        b = vit.blocks[0]
+        a = b.attn(b.norm1(t))
+        m = b.mlp(b.norm2(t + a))
+    assert rows[0]['attn_common'] == pytest.approx(_share(a[:, 1:]), abs=1e-9)
+    assert rows[0]['mlp_common'] == pytest.approx(_share(m[:, 1:]), abs=1e-9)
+    assert 0 < rows[0]['mlp_common'] < 0.9
+    with torch.no_grad():  # a dead MLP: zero weights in, a constant bias out
+        vit.blocks[1].mlp.fc1.weight.zero_()
+    rows = layer_token_statistics(vit, x)
+    assert rows[1]['mlp_common'] == pytest.approx(1.0, abs=1e-9)

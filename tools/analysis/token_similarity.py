@@ -3,7 +3,8 @@
     python tools/analysis/token_similarity.py CONFIG CHECKPOINT [IMAGES...] --num-images 16
 
 Prints, per layer, the mean token length, the mean cosine similarity of two patches
-of one image and the share of the tokens' energy in their common vector, and writes
+of one image, the share of the tokens' energy in their common vector, and that share for
+what the layer's attention and MLP branches add (near 1: a dead layer), and writes
 ``token_similarity.json`` (``densevit.analysis.token_similarity``). CHECKPOINT may be a
 pre-training one (MAE, masked patch prediction) with its own config, or ``none``.
 """
@@ -23,9 +24,11 @@ def main():
     with Timer() as t:
         rows = layer_token_statistics(vit, to_tensor(images, model.cfg, args.device))
     print(f'{len(images)} images of {size[0]}x{size[1]}, {t.seconds:.1f} s')
-    print('| layer | token norm | cosine of two patches | common share |\n|---|---|---|---|')
+    print('| layer | token norm | cosine of two patches | common share | attention adds, '
+          'common share | MLP adds, common share |\n|---|---|---|---|---|---|')
     for i, r in enumerate(rows):
-        print(f"| {i} | {r['norm']:.2f} | {r['cosine']:.3f} | {r['common']:.3f} |")
+        print(f"| {i} | {r['norm']:.2f} | {r['cosine']:.3f} | {r['common']:.3f} | "
+              f"{r['attn_common']:.3f} | {r['mlp_common']:.3f} |")
     js = write_json(osp.join(args.out_dir, 'token_similarity.json'),
                     dict(layers=rows, num_images=len(images), image_size=list(size)))
     print(js)

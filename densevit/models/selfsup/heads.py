@@ -25,12 +25,19 @@ class MAEPretrainHead(BaseModule):
         norm_pix (bool): per-patch normalised targets.
         eps (float): added to the variance (MAE: 1e-6).
         img_channels (int): C.
+        masked_only (bool): the training loss on the masked patches only (MAE); False:
+            on every patch, the visible ones included (the paper's ablation, Sec. 4.1:
+            the encoder's visible tokens must then also carry their own pixels).
+            :meth:`per_image_loss`, the validation score, is on the masked patches
+            either way.
     """
 
-    def __init__(self, patch_size, norm_pix=True, eps=1e-6, img_channels=3, init_cfg=None):
+    def __init__(self, patch_size, norm_pix=True, eps=1e-6, img_channels=3, masked_only=True,
+                 init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.patch_size = patch_size
         self.norm_pix = norm_pix
+        self.masked_only = masked_only
         self.eps = eps
         self.img_channels = img_channels
 
@@ -52,8 +59,11 @@ class MAEPretrainHead(BaseModule):
         return err.sum(1) / mask.sum(1)
 
     def loss(self, pred, img, mask):
-        """The batch's mean over all masked patches of the per-patch mean squared error."""
+        """The batch's mean over all masked patches (``masked_only``; else over every patch)
+        of the per-patch mean squared error."""
         err = (pred - self.target(img)).pow(2).mean(-1)
+        if not self.masked_only:
+            return err.mean()
         return (err * mask).sum() / mask.sum()
 
     def reconstruct(self, pred, img, mask, paste=True, true_stats=False):

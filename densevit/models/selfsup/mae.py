@@ -1,6 +1,7 @@
 """Masked autoencoder pre-training of a ViT (He et al. 2022, "Masked Autoencoders Are Scalable
 Vision Learners")."""
 import torch
+from torch import nn
 
 from densevit.registry import MODELS
 
@@ -33,6 +34,9 @@ class MAE(MaskedImageModel):
         head (dict): a ``MAEPretrainHead`` config (``patch_size`` filled in).
         mask_ratio (float): fraction of patches hidden per image, in (0, 1) (MAE: 0.75).
         val_seed (int): seed of the evaluation masks (see :class:`MaskedImageModel`).
+        xavier_init (bool): initialise the encoder as MAE's code does (Xavier-uniform
+            Linear weights and patch projection, zero biases) instead of the ViT's
+            truncated N(0, 0.02); not when the backbone loads a checkpoint (``init_cfg``).
         data_preprocessor (dict): e.g. ``dict(type='ImgDataPreprocessor', mean=...,
             std=..., bgr_to_rgb=True)``; every image of a batch the same size.
 
@@ -46,9 +50,10 @@ class MAE(MaskedImageModel):
             :meth:`MAEPretrainHead.reconstruct`) and ``patch_mask`` [h, w] bool.
     """
 
-    def __init__(self, backbone, neck, head, mask_ratio=0.75, val_seed=0,
+    def __init__(self, backbone, neck, head, mask_ratio=0.75, val_seed=0, xavier_init=False,
                  data_preprocessor=None, init_cfg=None):
         super().__init__(backbone, mask_ratio, val_seed, data_preprocessor, init_cfg)
+        self.xavier_init = xavier_init
         vit = self.backbone
         neck = dict(neck)
         for key, value in dict(in_channels=vit.embed_dims, patch_size=self.pixel_patch,
@@ -57,6 +62,19 @@ class MAE(MaskedImageModel):
             neck.setdefault(key, value)
         self.neck = MODELS.build(neck)
         self.head = MODELS.build(dict(dict(head), patch_size=self.pixel_patch))
+
+    def init_weights(self):
+        super().init_weights()
+        if not self.xavier_init or self.backbone.init_cfg is not None:
+            return
+        for m in self.backbone.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        proj = self.backbone.patch_embed.proj  # as a Linear from the flattened patch
+        nn.init.xavier_uniform_(proj.weight.view(proj.weight.shape[0], -1))
+        if proj.bias is not None:
+            nn.init.zeros_(proj.bias)
 
     def draw(self, batch, num_patches, generator):
         return dict(noise=torch.rand(batch, num_patches, generator=generator))

@@ -34,11 +34,11 @@ def build(cfg, seed=0):
     return model
 
 
-def mae_cfg(mask_ratio=0.75, norm_pix=True, **backbone):
+def mae_cfg(mask_ratio=0.75, norm_pix=True, masked_only=True, **backbone):
     return dict(type='MAE', mask_ratio=mask_ratio, data_preprocessor=PREPROCESSOR,
                 backbone=vit_cfg(**backbone),
                 neck=dict(type='MAEPretrainDecoder', embed_dims=16, num_layers=1, num_heads=2),
-                head=dict(type='MAEPretrainHead', norm_pix=norm_pix))
+                head=dict(type='MAEPretrainHead', norm_pix=norm_pix, masked_only=masked_only))
 
 
 def mpp_cfg(mask_ratio=0.5, **backbone):

@@ -9,9 +9,9 @@ from selfsup_models import PE_CONFIGS, build, mae_cfg, pe_id, vit_cfg
 
 
 def reference_loss(pred, img, mask, P, norm_pix):
-    """Patch by patch in plain Python: the mean over masked patches of the mean squared error
-    against the patch's pixels (row by row, channels innermost), normalised by the patch's
-    own mean and unbiased variance when ``norm_pix``."""
+    """Patch by patch in plain Python: the mean over the patches where ``mask`` is True of the
+    mean squared error against the patch's pixels (row by row, channels innermost),
+    normalised by the patch's own mean and unbiased variance when ``norm_pix``."""
     B, C, H, W = img.shape
     total, count = 0.0, 0
     for b in range(B):
@@ -30,16 +30,17 @@ def reference_loss(pred, img, mask, P, norm_pix):
     return total / count
 
 
-@pytest.mark.parametrize('norm_pix', [True, False])
-def test_loss_equals_brute_force(norm_pix):
-    model = build(mae_cfg(norm_pix=norm_pix, img_size=(16, 24))).train()
+@pytest.mark.parametrize('norm_pix,masked_only', [(True, True), (False, True), (True, False)])
+def test_loss_equals_brute_force(norm_pix, masked_only):
+    model = build(mae_cfg(norm_pix=norm_pix, masked_only=masked_only, img_size=(16, 24))).train()
     img = torch.randn(3, 3, 16, 24)
     torch.manual_seed(5)
     out = model(img, mode='tensor')
     torch.manual_seed(5)  # the same masks
     loss = model(img, mode='loss')['loss_rec']
     assert out['mask'].sum(1).tolist() == [4, 4, 4]  # 6 patches, 75% hidden: round(1.5) = 2 kept
-    ref = reference_loss(out['pred'].detach(), img, out['mask'], 8, norm_pix)
+    scored = out['mask'] if masked_only else torch.ones_like(out['mask'])
+    ref = reference_loss(out['pred'].detach(), img, scored, 8, norm_pix)
     torch.testing.assert_close(loss.detach(), ref, rtol=1e-5, atol=1e-6)
     loss.backward()
     assert model.backbone.patch_embed.proj.weight.grad.abs().sum() > 0
@@ -151,3 +152,28 @@ def test_images_of_another_size_than_their_batch_are_refused():
                       DataSample(metainfo=dict(img_path='b.png', img_shape=(24, 32)))]), False)
     with pytest.raises(ValueError, match='image b.png is 24x32 but its batch is 32x32 .padded.'):
         model(**data, mode='predict')
+
+
+def test_xavier_init_is_maes_and_spares_a_loaded_encoder(tmp_path):
+    """``xavier_init``: every encoder Linear and the patch projection (as a Linear from the
+    flattened patch) uniform in +-sqrt(6 / (fan_in + fan_out)) with its variance, biases 0;
+    the ViT's own truncated N(0, 0.02) otherwise; an encoder loaded from a file is left as
+    loaded."""
+    default = build(mae_cfg()).backbone
+    xavier = build(dict(mae_cfg(), xavier_init=True)).backbone
+    for name, m in xavier.named_modules():
+        w = m.weight.reshape(m.weight.shape[0], -1) if name in ('blocks.0.mlp.fc1',
+                                                                 'patch_embed.proj') else None
+        if w is None:
+            continue
+        bound = (6 / (w.shape[0] + w.shape[1])) ** .5
+        assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+        assert w.var().item() == pytest.approx(bound ** 2 / 3, rel=0.1)
+        assert not m.bias.any()
+    fc1 = default.blocks[0].mlp.fc1.weight
+    assert fc1.std().item() == pytest.approx(0.02, rel=0.15)  # the ViT's own
+    torch.save({f'backbone.{k}': v for k, v in default.state_dict().items()}, tmp_path / 'e.pth')
+    cfg = mae_cfg()
+    cfg['backbone']['init_cfg'] = dict(type='Pretrained', checkpoint=str(tmp_path / 'e.pth'))
+    loaded = build(dict(cfg, xavier_init=True)).backbone
+    torch.testing.assert_close(loaded.blocks[0].mlp.fc1.weight, fc1, rtol=0, atol=0)
