@@ -15,7 +15,9 @@ _base_ = ['../_base_/models/mae.py', '../_base_/default_runtime.py']
 data_root = 'data/imagenet/'
 img_size = 224
 
-model = dict(backbone=dict(type='VisionTransformer', arch='B', img_size=img_size, patch_size=16,
+# xavier_init: MAE's encoder initialisation (Xavier-uniform Linear layers and patch projection)
+model = dict(xavier_init=True,
+             backbone=dict(type='VisionTransformer', arch='B', img_size=img_size, patch_size=16,
                            with_cls_token=True, pos_embed=dict(type='sincos_2d'),
                            drop_path_rate=0.0))
 

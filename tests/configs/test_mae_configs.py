@@ -25,7 +25,7 @@ def meta_model(cfg):
 def test_vit_b16_recipe_is_the_papers(epochs):
     cfg = load(f'mae/mae_vit-b16_{epochs}e.py')
     m = cfg.model
-    assert (m.type, m.mask_ratio, m.head.norm_pix) == ('MAE', 0.75, True)
+    assert (m.type, m.mask_ratio, m.head.norm_pix, m.xavier_init) == ('MAE', 0.75, True, True)
     assert (m.backbone.arch, m.backbone.patch_size, m.backbone.img_size) == ('B', 16, 224)
     assert (m.neck.embed_dims, m.neck.num_layers, m.neck.num_heads) == (512, 8, 16)
     opt = cfg.optim_wrapper.optimizer

@@ -1,7 +1,7 @@
 """MAE reconstructions as in the MAE paper's Figure 2: masked input | reconstruction | original.
 
     python tools/analysis/mae_reconstruction.py configs/mae/mae_vit_shapes_quickstart.py \\
-        work_dirs/mae_vit_shapes_quickstart/iter_1000.pth --num 8 --out mae_shapes.png
+        work_dirs/mae_vit_shapes_quickstart/iter_4000.pth --num 8 --out mae_shapes.png
 
 One row per image, the first N of the config's validation (else test) dataset, or of
 ``--folder DIR`` (any images: the largest centred square, resized to the backbone's
