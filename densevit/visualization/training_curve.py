@@ -116,7 +116,11 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
     ax.set_ylabel('metric on val')
     ax.set_ylim(0, top)  # top None: matplotlib's own upper limit
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if len(ax.get_lines()) > 8:  # a legend that would hide the curves goes beside them
+        fig.set_size_inches(9, 4)
+        ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1))
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_file, dpi=120)
     plt.close(fig)
