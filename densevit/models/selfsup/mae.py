@@ -3,6 +3,7 @@ Vision Learners")."""
 import torch
 from torch import nn
 
+from densevit.models.backbones.init import init_linear_or_norm
 from densevit.registry import MODELS
 
 from .base import MaskedImageModel
@@ -68,9 +69,7 @@ class MAE(MaskedImageModel):
         if not self.xavier_init or self.backbone.init_cfg is not None:
             return
         for m in self.backbone.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.xavier_uniform_(m.weight)
-                nn.init.zeros_(m.bias)
+            init_linear_or_norm(m, xavier=True)
         proj = self.backbone.patch_embed.proj  # as a Linear from the flattened patch
         nn.init.xavier_uniform_(proj.weight.view(proj.weight.shape[0], -1))
         if proj.bias is not None:

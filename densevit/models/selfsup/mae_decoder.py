@@ -3,6 +3,7 @@ import torch
 from mmengine.model import BaseModule
 from torch import nn
 
+from densevit.models.backbones.init import init_linear_or_norm
 from densevit.models.layers.pos_embed_builder import (
     ABSOLUTE_TYPES,
     build_position_embedding,
@@ -72,12 +73,7 @@ class MAEPretrainDecoder(BaseModule):
         if self.init_cfg is not None:
             return
         for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.xavier_uniform_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+            init_linear_or_norm(m, xavier=True)
         nn.init.normal_(self.mask_token, std=.02)
         self.pos_embed.init_weights()
 
