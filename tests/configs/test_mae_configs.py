@@ -62,6 +62,18 @@ def test_quickstart_encoder_is_the_detection_quickstarts_vit(name):
         assert ours.data_prefix.img_path == theirs.data_prefix.img
 
 
+@pytest.mark.parametrize('name', ['mae_vit_shapes_quickstart.py', 'mae_vit_shapes_10k.py'])
+def test_shapes_schedule_decays_to_its_last_iteration(name):
+    cfg = load(f'mae/{name}')
+    warmup, cosine = cfg.param_scheduler
+    assert cosine.type == 'CosineAnnealingLR' and cosine.eta_min == 0.0
+    assert cosine.end == cosine.begin + cosine.T_max == cfg.train_cfg.max_iters
+    # the longer schedule is the quickstart's model and data, only longer
+    quick = load('mae/mae_vit_shapes_quickstart.py')
+    assert cfg.model == quick.model and cfg.train_dataloader == quick.train_dataloader
+    assert cfg.optim_wrapper == quick.optim_wrapper and warmup == quick.param_scheduler[0]
+
+
 def test_mpp_quickstart_is_the_papers_objective():
     m = load('mae/mpp_vit_shapes_quickstart.py').model
     assert (m.type, m.mask_ratio, m.replace_probs, m.head.bits) == (
