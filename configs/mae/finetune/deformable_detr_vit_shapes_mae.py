@@ -1,10 +1,10 @@
 # Fine-tuning from MAE: the detection quickstart (quickstart/deformable_detr_vit_shapes.py)
-# with its ViT initialised from the MAE quickstart's encoder
-# (configs/mae/mae_vit_shapes_quickstart.py) and layer-wise learning-rate decay
+# with its ViT initialised from the encoder of the MAE quickstart's 10,000-iteration schedule
+# (configs/mae/mae_vit_shapes_10k.py) and the layer-wise learning-rate decay constructor
 # (_base_/mae_finetune.py; README.md here). Train the MAE first, then:
-#   python tools/train.py configs/mae/finetune/deformable_detr_vit_shapes_mae.py \
-#       --cfg-options model.backbone.init_cfg.checkpoint=work_dirs/mae_vit_shapes_quickstart/iter_N.pth
-# From scratch (the quickstart with layer decay): --cfg-options model.backbone.init_cfg=None
+#   python tools/train.py configs/mae/finetune/deformable_detr_vit_shapes_mae.py
+# From another checkpoint: --cfg-options model.backbone.init_cfg.checkpoint=PATH
+# From scratch (the same recipe): --cfg-options model.backbone.init_cfg=None
 _base_ = ['../../quickstart/deformable_detr_vit_shapes.py', './_base_/mae_finetune.py']
 
 model = dict(backbone=dict(drop_path_rate=0.1, init_cfg={{_base_.mae_init_cfg}}))

@@ -1,11 +1,11 @@
-# Fine-tuning from MAE for segmentation: the MAE quickstart's ViT
-# (configs/mae/mae_vit_shapes_quickstart.py) with a simple feature pyramid (ViTDet: strides
+# Fine-tuning from MAE for segmentation: the ViT of the MAE quickstart's 10,000-iteration
+# schedule (configs/mae/mae_vit_shapes_10k.py) with a simple feature pyramid (ViTDet: strides
 # 4, 8 and 16 from the ViT's stride-8 map) and SegFormer's all-MLP head, on the
 # segmentation quickstart's shapes (quickstart/segformer_shapes.py: 96x96 images, 4
 # classes), with layer-wise learning-rate decay (_base_/mae_finetune.py; README.md here).
 # Train the MAE first, then:
-#   python tools/train.py configs/mae/finetune/segformer_head_vit_shapes_mae.py \
-#       --cfg-options model.backbone.init_cfg.checkpoint=work_dirs/mae_vit_shapes_quickstart/iter_N.pth
+#   python tools/train.py configs/mae/finetune/segformer_head_vit_shapes_mae.py
+# From another checkpoint: --cfg-options model.backbone.init_cfg.checkpoint=PATH
 _base_ = ['../../quickstart/segformer_shapes.py', './_base_/mae_finetune.py']
 
 width = 128
