@@ -9,7 +9,6 @@ max_iters = 10000
 train_cfg = dict(max_iters=max_iters, val_interval=1000)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(type='CosineAnnealingLR', by_epoch=False, begin=50, end=max_iters, T_max=max_iters - 50,
-         eta_min=0.0),
+    dict(type='CosineAnnealingLR', by_epoch=False, begin=50, end=max_iters, eta_min=0.0),
 ]
 default_hooks = dict(checkpoint=dict(interval=1000))

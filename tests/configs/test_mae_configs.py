@@ -1,11 +1,12 @@
 """The MAE / masked-patch-prediction recipes: the paper's numbers, and quickstarts whose encoder
 is the detection quickstart's ViT."""
+import math
 from pathlib import Path
 
 import pytest
 import torch
 from mmengine.config import Config
-from mmengine.registry import DefaultScope
+from mmengine.registry import PARAM_SCHEDULERS, DefaultScope
 
 from densevit.registry import MODELS
 
@@ -66,8 +67,20 @@ def test_quickstart_encoder_is_the_detection_quickstarts_vit(name):
 def test_shapes_schedule_decays_to_its_last_iteration(name):
     cfg = load(f'mae/{name}')
     warmup, cosine = cfg.param_scheduler
-    assert cosine.type == 'CosineAnnealingLR' and cosine.eta_min == 0.0
-    assert cosine.end == cosine.begin + cosine.T_max == cfg.train_cfg.max_iters
+    # the learning rate mmengine's schedulers give, step by step, against the closed-form
+    # cosine from the warm-up's end to zero at the run's last iteration
+    base, n, w = cfg.optim_wrapper.optimizer.lr, cfg.train_cfg.max_iters, warmup.end
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=base)
+    scheds = [PARAM_SCHEDULERS.build(dict(s, optimizer=opt)) for s in cfg.param_scheduler]
+    lrs = []
+    for _ in range(n):
+        lrs.append(opt.param_groups[0]['lr'])
+        for s in scheds:
+            s.step()
+    for t in (w, w + (n - w) // 3, (n + w) // 2, n - 1):
+        expected = base * 0.5 * (1 + math.cos(math.pi * (t - w) / (n - w)))
+        assert lrs[t] == pytest.approx(expected, rel=1e-6, abs=1e-12), t
+    assert 0 < lrs[n - 1] < base * 1e-6  # the last iteration trains at almost zero
     # the longer schedule is the quickstart's model and data, only longer
     quick = load('mae/mae_vit_shapes_quickstart.py')
     assert cfg.model == quick.model and cfg.train_dataloader == quick.train_dataloader
