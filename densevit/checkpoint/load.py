@@ -49,13 +49,9 @@ def read_checkpoint(path, map_location='cpu'):
     ...}`` wrappers and a DDP ``module.`` prefix are removed.
     """
     path = os.fspath(path)
-    if path.endswith('.safetensors') and path.startswith(('http://', 'https://')):
-        raise ValueError(f'{path}: download .safetensors files first, then give the local path')
-    if path.startswith(('http://', 'https://')):
-        obj = torch.hub.load_state_dict_from_url(path, map_location=map_location,
-                                                 weights_only=True)
-    else:  # the same errors as load_from / resume: missing, truncated, unsafe; safetensors
-        obj = load_checkpoint_safely(path, map_location=map_location)
+    # the same reader and errors as load_from / resume (missing, truncated, unsafe;
+    # safetensors); a URL is downloaded to torch's hub cache first, then read as a file
+    obj = load_checkpoint_safely(path, map_location=map_location)
     return flatten_checkpoint(obj, path)
 
 

@@ -15,6 +15,7 @@ let a file reach any attribute of any allowed object, so the name is bound to
 import os
 import pickle
 import re
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -64,8 +65,46 @@ class CorruptCheckpointError(RuntimeError):
     not a checkpoint at all."""
 
 
+def is_url(path):
+    """True for an ``http://`` / ``https://`` checkpoint address."""
+    return isinstance(path, str) and path.startswith(('http://', 'https://'))
+
+
+def cached_url_path(url):
+    """Where a URL's file lives in torch's hub cache: ``<hub dir>/checkpoints/<file name>``,
+    the place ``torch.hub.load_state_dict_from_url`` uses, so one download serves both."""
+    name = os.path.basename(urlparse(url).path)
+    if not name:
+        raise ValueError(f'checkpoint URL {url} names no file')
+    return os.path.join(torch.hub.get_dir(), 'checkpoints', name)
+
+
+class CheckpointDownloadError(OSError):
+    """A checkpoint URL that could not be downloaded (offline, wrong address)."""
+
+
+def download_checkpoint(url, progress=True):
+    """The local path of ``url``'s file: the cached copy when there is one (offline use),
+    else downloaded to torch's hub cache first. Only the bytes are fetched here; reading
+    them is :func:`load_checkpoint_safely`'s job, so a URL is read as safely as a file."""
+    path = cached_url_path(url)
+    if os.path.isfile(path):
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        torch.hub.download_url_to_file(url, path, progress=progress)
+    except Exception as e:  # urllib's URLError / HTTPError, socket errors
+        raise CheckpointDownloadError(
+            f'could not download the checkpoint {url} ({type(e).__name__}: {e}); download it '
+            f'yourself and give the local path, or put the file at {path}') from None
+    return path
+
+
 def load_checkpoint_safely(path, map_location='cpu', mmap=False):
     """``torch.load(path, weights_only=True)`` with errors that say what is wrong.
+
+    ``path`` is a local file or an ``http(s)://`` URL; a URL's file is downloaded to
+    torch's hub cache (or found there) and then read exactly as a local file.
 
     - a pickled object outside the allow-list (e.g. ``os.system`` through
       ``__reduce__``: a file that runs code when unpickled) raises
@@ -75,6 +114,8 @@ def load_checkpoint_safely(path, map_location='cpu', mmap=False):
     Never falls back to ``weights_only=False``. ``mmap=True`` maps the tensors
     instead of reading them (a cheap check that a file is whole and safe).
     """
+    if is_url(path):
+        path = download_checkpoint(path)
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
         raise FileNotFoundError(f'checkpoint not found: {path}')
@@ -113,14 +154,29 @@ def _load_safetensors(path, map_location):
 
 
 def use_safe_checkpoint_loader():
-    """Make mmengine read local checkpoints (``load_from``, ``--resume``, ``Pretrained``
-    init_cfg) through :func:`load_checkpoint_safely`, for its clear errors."""
-    from mmengine.runner.checkpoint import CheckpointLoader
-    CheckpointLoader.register_scheme(prefixes='', loader=load_from_weights_only, force=True)
+    """Make mmengine read every checkpoint through :func:`load_checkpoint_safely`.
+
+    Local paths and ``http(s)://`` URLs (``load_from``, ``--resume``, mmengine's
+    ``Pretrained`` init_cfg, ``tools/test.py CONFIG URL``) get densevit's loader as their
+    scheme. mmengine's ``torchvision://`` / ``open-mmlab://`` / ``mmcls://`` schemes resolve
+    a name to a URL and then call the module's ``load_from_http`` (which would unpickle with
+    ``weights_only=False``): that name is rebound to the safe loader too.
+    """
+    import mmengine.runner.checkpoint as mm_checkpoint
+    mm_checkpoint.CheckpointLoader.register_scheme(
+        prefixes='', loader=load_from_weights_only, force=True)
+    mm_checkpoint.CheckpointLoader.register_scheme(
+        prefixes=('http://', 'https://'), loader=load_from_weights_only, force=True)
+    mm_checkpoint.load_from_http = load_from_weights_only_url
 
 
 def load_from_weights_only(filename, map_location=None):
     """:func:`load_checkpoint_safely` under the name mmengine logs: it prints the
     loader's name from its 11th character on ("Loads checkpoint by weights_only
     backend from path: ...")."""
+    return load_checkpoint_safely(filename, map_location or 'cpu')
+
+
+def load_from_weights_only_url(filename, map_location=None, model_dir=None, progress=True):
+    """mmengine's ``load_from_http`` signature, read through :func:`load_checkpoint_safely`."""
     return load_checkpoint_safely(filename, map_location or 'cpu')

@@ -16,6 +16,9 @@ import torch
 from mmengine.runner import Runner as MMEngineRunner
 
 import densevit
+from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
+
+use_safe_checkpoint_loader()  # every path and URL mmengine loads: weights_only=True
 
 # console only: still written to the log file
 _FILE_ONLY = ('Hooks will be executed in the following order',
