@@ -5,18 +5,22 @@ import os
 import os.path as osp
 import sys
 
-from mmengine.config import Config, DictAction
 from mmengine.evaluator import DumpResults
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
-from densevit.checkpoint.model import CHECKPOINT_ERRORS
-from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
-from densevit.datasets.transforms.loading import IMAGE_ERRORS, UNREADABLE_HINT, image_error_line
+from densevit.datasets.transforms.loading import IMAGE_ERRORS
+from densevit.engine.cli import (
+    ONE_LINE_ERRORS,
+    CfgOptions,
+    ConfigError,
+    config_problems,
+    load_config,
+    one_line,
+    report,
+)
 from densevit.engine.launch import setup_launcher, shutdown_distributed
-from densevit.engine.preflight import missing_inputs, misspelt_keys
 from densevit.engine.runner import Runner
 from densevit.models.tta.support import apply_tta
-from densevit.utils.moved import resolve_config
 
 
 def parse_args(argv=None):
@@ -48,7 +52,7 @@ def parse_args(argv=None):
     p.add_argument('--bf16', action='store_true',
                    help='predict under bf16 autocast (CPU or GPU); prediction layers and '
                         'post-processing stay float32 (docs/benchmarks.md: accuracy, speed)')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
+    p.add_argument('--cfg-options', nargs='+', action=CfgOptions, default={})
     p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
     p.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = p.parse_args(argv)
@@ -58,9 +62,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    use_safe_checkpoint_loader()  # load_from / --resume: weights_only=True, clear errors
-    cfg = Config.fromfile(resolve_config(args.config))
-    cfg.merge_from_dict(args.cfg_options)
+    try:
+        cfg = load_config(args.config, args.cfg_options)
+    except ConfigError as e:
+        return report([f'{args.config}: {e}'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
     onnx = args.backend == 'onnxruntime'
@@ -93,14 +98,11 @@ def main(argv=None):
         print(f'densevit: {e}', file=sys.stderr)
         return 1
     # only the test split is read; the checkpoint is checked as load_from
-    problems = misspelt_keys(cfg) + missing_inputs(cfg, loaders=('test_dataloader',),
-                                                   pretrained=False)
+    problems = config_problems(cfg, loaders=('test_dataloader',), pretrained=False)
     if args.out and not args.out.endswith(('.pkl', '.pickle')):
         problems.append(f'--out must end with .pkl or .pickle: {args.out}')
     if problems:
-        for line in problems:
-            print(f'densevit: {line}', file=sys.stderr)
-        return 1
+        return report(problems)
     runner = Runner.from_cfg(cfg)
     runner.strict_load = not args.non_strict
     if onnx:
@@ -120,12 +122,8 @@ def main(argv=None):
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     try:
         runner.test()
-    except CHECKPOINT_ERRORS as e:
-        print(f'densevit: {e}', file=sys.stderr)
-        return 1
-    except IMAGE_ERRORS as e:  # also from a DataLoader worker: one line, not its traceback
-        print(f'densevit: {image_error_line(e)}. {UNREADABLE_HINT}', file=sys.stderr)
-        return 1
+    except (*ONE_LINE_ERRORS, *IMAGE_ERRORS) as e:  # also from a DataLoader worker
+        return report([one_line(e)])
     shutdown_distributed()
     if args.show_dir:
         # mmengine's visualization hooks write under the run's timestamped log dir

@@ -10,20 +10,23 @@ import os
 import os.path as osp
 import sys
 
-from mmengine.config import Config, DictAction
-
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
-from densevit.checkpoint.model import CHECKPOINT_ERRORS
-from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
-from densevit.datasets.transforms.loading import IMAGE_ERRORS, UNREADABLE_HINT, image_error_line
+from densevit.datasets.transforms.loading import IMAGE_ERRORS
 from densevit.engine.amp_optim_wrapper import amp_optim_wrapper
-from densevit.engine.checkpoint_hook import CheckpointSaveError
-from densevit.engine.dist_faults import PeerFailureError
+from densevit.engine.checkpoint_hook import read_last_checkpoint
+from densevit.engine.cli import (
+    ONE_LINE_ERRORS,
+    CfgOptions,
+    config_problems,
+    load_config,
+    one_line,
+    report,
+)
+from densevit.engine.interrupt import TrainingInterrupted
 from densevit.engine.launch import setup_launcher, shutdown_distributed
-from densevit.engine.preflight import missing_inputs, misspelt_keys
 from densevit.engine.runner import Runner
 from densevit.engine.training_clock_hook import NO_LIMIT
-from densevit.utils.moved import resolve_config
+from densevit.engine.work_dir_lock import acquire_work_dir, is_global_rank_zero, release_work_dir
 
 
 def parse_args(argv=None):
@@ -54,7 +57,7 @@ def parse_args(argv=None):
     clock.add_argument('--stop-at', nargs=2, metavar=('KEY', 'VALUE'),
                        help='with --minutes: also stop once a validation metric reaches VALUE, '
                             'e.g. --stop-at coco/bbox_mAP_50 0.9')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+    p.add_argument('--cfg-options', nargs='+', action=CfgOptions, default={},
                    help='override config entries, e.g. train_cfg.max_epochs=12')
     p.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
     p.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -88,8 +91,7 @@ def train_on_clock(cfg, minutes, eval_every=None, stop_at=None):
 
 
 def build_config(args):
-    cfg = Config.fromfile(resolve_config(args.config))
-    cfg.merge_from_dict(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
     if args.amp:
@@ -115,28 +117,33 @@ def build_config(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    use_safe_checkpoint_loader()  # load_from / --resume: weights_only=True, clear errors
     try:
         cfg = build_config(args)
     except ValueError as e:
-        print(f'densevit: {args.config}: {e}', file=sys.stderr)
-        return 1
-    problems = misspelt_keys(cfg) + missing_inputs(cfg, resume=bool(args.resume))
+        return report([f'{args.config}: {e}'])
+    problems = config_problems(cfg, resume=bool(args.resume))
     if problems:
-        for line in problems:
-            print(f'densevit: {line}', file=sys.stderr)
-        return 1
+        return report(problems)
+    if cfg.get('launcher', 'none') == 'none':  # distributed: dist_faults handles SIGTERM
+        cfg.custom_hooks = list(cfg.get('custom_hooks', [])) + [dict(type='InterruptHook')]
+    lock = None
     try:
+        if is_global_rank_zero(cfg.get('launcher')):
+            lock = acquire_work_dir(cfg.work_dir)
         Runner.from_cfg(cfg).train()
-    except (*CHECKPOINT_ERRORS, CheckpointSaveError) as e:  # load_from / resume / a save
-        print(f'densevit: {e}', file=sys.stderr)
-        return 1
-    except PeerFailureError as e:  # no closing barrier: the peer will never reach it
-        print(f'densevit: {e}', file=sys.stderr)
-        return 1
-    except IMAGE_ERRORS as e:  # also from a DataLoader worker: one line, not its traceback
-        print(f'densevit: {image_error_line(e)}. {UNREADABLE_HINT}', file=sys.stderr)
-        return 1
+    except TrainingInterrupted as e:
+        report([str(e)])
+        return e.exit_code
+    except KeyboardInterrupt:  # before training started, or a second Ctrl-C
+        last = read_last_checkpoint(cfg.work_dir)
+        report(['interrupted (Ctrl-C); ' + (f'the last complete checkpoint is {last}: continue '
+                f'with --resume' if last else 'no checkpoint was saved')])
+        return 130
+    except (*ONE_LINE_ERRORS, *IMAGE_ERRORS) as e:  # also from a DataLoader worker
+        return report([one_line(e)])
+    finally:
+        if lock:
+            release_work_dir(lock)
     shutdown_distributed()
     return 0
 

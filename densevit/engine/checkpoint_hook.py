@@ -81,6 +81,28 @@ def _fsync(path):
         os.fsync(f.fileno())
 
 
+def read_last_checkpoint(work_dir):
+    """The checkpoint ``<work_dir>/last_checkpoint`` names, as a path, or None.
+
+    The file holds a path relative to the work dir. Files written before that held an
+    absolute path: when the work dir was copied or moved, the path points into the
+    original folder, so a file of the same name in this work dir is preferred.
+    """
+    try:
+        with open(osp.join(work_dir, 'last_checkpoint')) as f:
+            named = f.read().strip()
+    except OSError:
+        return None
+    if not named:
+        return None
+    if not osp.isabs(named):
+        return osp.join(work_dir, named)
+    own = osp.join(work_dir, osp.basename(named))
+    if osp.abspath(osp.dirname(named)) != osp.abspath(work_dir) and osp.isfile(own):
+        return own
+    return named
+
+
 @HOOKS.register_module(name=['AtomicCheckpointHook', 'CheckpointHook'])
 class AtomicCheckpointHook(MMEngineCheckpointHook):
     """``mmengine.hooks.CheckpointHook`` (same arguments) whose saves are atomic.
@@ -101,15 +123,16 @@ class AtomicCheckpointHook(MMEngineCheckpointHook):
             for stale in glob.glob(osp.join(self.out_dir, f'*{_TMP_SUFFIX}')):
                 os.remove(stale)
 
-    def _save_checkpoint_with_step(self, runner, step, meta):
+    def _save_checkpoint_with_step(self, runner, step, meta, name=None):
         if not self._is_local():
             return super()._save_checkpoint_with_step(runner, step, meta)
-        name = self.filename_tmpl.format(step)
+        tracked = name is None  # an extra save (save_now mid-epoch) is not among the kept
+        name = name or self.filename_tmpl.format(step)
         path = osp.join(self.out_dir, name)
         previous = self.last_ckpt
         self.last_ckpt = path
         runner.message_hub.update_info('last_ckpt', path)
-        stale = self._track(runner, step)
+        stale = self._track(runner, step) if tracked else []
         with _cleaned_on_error(path, previous) as tmp:
             # Runner.save_checkpoint writes on the main process only
             runner.save_checkpoint(self.out_dir, osp.basename(tmp), self.file_client_args,
@@ -121,11 +144,27 @@ class AtomicCheckpointHook(MMEngineCheckpointHook):
                 return
             _fsync(tmp)
             os.replace(tmp, path)
-        atomic_write_text(osp.join(runner.work_dir, 'last_checkpoint'), path)
+        # relative to the work dir: a copied or moved work dir resumes from its own files
+        atomic_write_text(osp.join(runner.work_dir, 'last_checkpoint'),
+                          osp.relpath(path, runner.work_dir))
         for old in stale:
             old_path = osp.join(self.out_dir, self.filename_tmpl.format(old))
             if osp.isfile(old_path) and old_path != path:
                 os.remove(old_path)
+
+    def save_now(self, runner, step):
+        """Save iteration ``step`` unless the last save was of it; returns the file.
+
+        For hooks that stop training between the scheduled saves (the training clock,
+        an interrupt): atomic, updates ``last_checkpoint`` and keeps ``max_keep_ckpts``.
+        An epoch-based run stopped mid-epoch saves ``iter_<step>.pth`` (not among the
+        kept ``epoch_*`` files); resumed, it repeats that epoch from its start.
+        """
+        name = f'iter_{step}.pth' if self.by_epoch else self.filename_tmpl.format(step)
+        if self.last_ckpt is None or osp.basename(self.last_ckpt) != name:
+            self._save_checkpoint_with_step(runner, step, dict(epoch=runner.epoch, iter=step),
+                                            name=name if self.by_epoch else None)
+        return self.last_ckpt
 
     def _track(self, runner, step):
         """Record ``step`` among the kept checkpoints; return the steps to delete."""

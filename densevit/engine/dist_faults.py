@@ -10,7 +10,6 @@
   rank prints one line saying so before it dies by the signal.
 """
 import os
-import os.path as osp
 import signal
 import sys
 
@@ -48,17 +47,9 @@ def collective_timeout(cfg, default=None):
     return seconds
 
 
-def last_complete_checkpoint(work_dir):
-    """The checkpoint ``<work_dir>/last_checkpoint`` names, or None."""
-    try:
-        with open(osp.join(work_dir, 'last_checkpoint')) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
 def _what_to_do(work_dir):
-    ckpt = last_complete_checkpoint(work_dir)
+    from densevit.engine.checkpoint_hook import read_last_checkpoint
+    ckpt = read_last_checkpoint(work_dir)
     if ckpt is None:
         return 'No checkpoint was saved yet: start the run again.'
     return (f'The last complete checkpoint is {ckpt}: run the same command again with '

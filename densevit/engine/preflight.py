@@ -93,3 +93,42 @@ def misspelt_keys(cfg, cutoff=0.85):
             problems.append(f'unknown top-level config key {key!r}: the runner would ignore it. '
                             f'Did you mean {close[0]!r}?')
     return problems
+
+
+def _registry_names():
+    """Every name a config's ``type`` can take in scope densevit: densevit's registries,
+    their mmengine parents and those parents' other children (mmcv's transforms), and
+    the position-embedding family's type names (not a registry)."""
+    from mmengine.registry import Registry
+
+    import densevit.registry as registries
+    from densevit.models.layers.pos_embed_builder import POSITION_EMBEDDING_TYPES
+    names = set(POSITION_EMBEDDING_TYPES)
+    for registry in vars(registries).values():
+        if not isinstance(registry, Registry):
+            continue
+        registry.import_from_location()
+        parent = registry.parent
+        for reg in [registry, parent, *(parent.children.values() if parent else [])]:
+            if reg is not None:
+                names.update(reg.module_dict)
+    return names
+
+
+def unknown_types(cfg, cutoff=0.6):
+    """Messages, one per ``type`` that no registry knows, with the closest known name.
+
+    Found before anything is built: mmengine would raise a ``KeyError`` from deep inside
+    the runner, after building the parts that come first."""
+    import difflib
+    names = _registry_names()
+    problems = []
+    for path, node in _walk(cfg._cfg_dict.to_dict() if hasattr(cfg, '_cfg_dict') else cfg):
+        kind = node.get('type')
+        if not isinstance(kind, str) or kind in names or kind.split('.')[-1] in names:
+            continue
+        close = difflib.get_close_matches(kind, names, n=1, cutoff=cutoff)
+        hint = f" Did you mean {close[0]!r}?" if close else ''
+        problems.append(f'unknown type {kind!r} (at {path}.type): no registry of densevit, '
+                        f'mmengine or mmcv has it.{hint}')
+    return problems

@@ -150,6 +150,17 @@ class Runner(MMEngineRunner):
         self._evaluating = True
         return super().val()
 
+    def resume(self, filename, resume_optimizer=True, resume_param_scheduler=True,
+               map_location='default'):
+        """mmengine's ``resume``, after checking strictly that the checkpoint continues this
+        run: the same tensors and shapes, the same optimizer groups
+        (``engine/resume_check.py``); a changed model is refused before anything loads."""
+        from densevit.checkpoint.safe_load import load_checkpoint_safely
+        from densevit.engine.resume_check import check_resume
+        check_resume(self, load_checkpoint_safely(filename, mmap=True), filename,
+                     resume_optimizer)
+        return super().resume(filename, resume_optimizer, resume_param_scheduler, map_location)
+
     def load_or_resume(self):
         """mmengine's, but ``--resume`` without a path falls back to the newest intact
         checkpoint when the latest is truncated (warning naming both), and says once
@@ -173,10 +184,9 @@ def newest_intact_checkpoint(work_dir, logger):
     import glob
     import re
 
-    from mmengine.runner.checkpoint import find_latest_checkpoint
-
     from densevit.checkpoint.safe_load import CorruptCheckpointError, load_checkpoint_safely
-    latest = find_latest_checkpoint(work_dir)
+    from densevit.engine.checkpoint_hook import read_last_checkpoint
+    latest = read_last_checkpoint(work_dir)
 
     def step(path):
         m = re.search(r'(\d+)\.pth$', path)

@@ -112,10 +112,8 @@ class TrainingClockHook(Hook):
         path = osp.join(runner.work_dir, f'iter_{step}.pth')
         if saver is None:
             runner.save_checkpoint(runner.work_dir, osp.basename(path))
-        elif saver.last_ckpt is None or not saver.last_ckpt.endswith(f'iter_{step}.pth'):
-            # atomic, updates last_checkpoint (for --resume) and keeps max_keep_ckpts
-            saver._save_checkpoint_with_step(runner, step, dict(epoch=runner.epoch, iter=step))
-            path = saver.last_ckpt
+        else:  # atomic, updates last_checkpoint (for --resume) and keeps max_keep_ckpts
+            path = saver.save_now(runner, step)
         table = osp.join(runner.work_dir, self.out_file)
         if is_main_process() and self.rows:
             png = plot_curves([runner.work_dir], osp.join(runner.work_dir, 'curve.png'),

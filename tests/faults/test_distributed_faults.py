@@ -20,6 +20,7 @@ import torch
 
 import densevit  # noqa: F401  (allow-list for checkpoints)
 from densevit.checkpoint.safe_load import load_checkpoint_safely
+from densevit.engine.checkpoint_hook import read_last_checkpoint
 from densevit.engine.dist_faults import TIMEOUT_ENV, collective_timeout
 
 from tiny_run import REPO, free_port, run_launcher, subprocess_env, write_config
@@ -101,13 +102,13 @@ def test_sigkilled_rank_stops_the_other_with_a_clear_error(killed):
     assert killed['seconds'] < 30 and killed['rc'] == 1, Path(killed['log']).read_text()[-2000:]
     (line,) = densevit_lines(killed['log'])
     assert 'rank 0 of 2' in line and 'rank 1 is gone' in line
-    ckpt = (killed['work'] / 'last_checkpoint').read_text().strip()
+    ckpt = read_last_checkpoint(killed['work'])
     assert f'The last complete checkpoint is {ckpt}' in line and '--resume' in line
     assert not (killed['work'] / f'iter_{N}.pth').exists()  # it really stopped mid-run
 
 
 def test_resume_on_two_processes_ends_like_an_uninterrupted_run(killed, config, tmp_path):
-    ckpt = (killed['work'] / 'last_checkpoint').read_text().strip()
+    ckpt = read_last_checkpoint(killed['work'])
     assert load_checkpoint_safely(ckpt)['meta']['iter'] < N
     straight = tmp_path / 'straight'
     run_launcher('dist_train.sh', config, 2, '--work-dir', straight, *OPTIONS, cwd=tmp_path)
