@@ -1,6 +1,6 @@
 """Backbone speed against HF transformers, on the same weights, in one run.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_backbones.py [--repeats 5]
+    OMP_NUM_THREADS=1 python benchmarks/bench_backbones.py [--repeats 5] [--json FILE]
 
 1. Latency: densevit ViT-B/16 at 224² and 512² vs HF ``ViTModel``; Swin-T at 224² vs HF
    ``SwinModel`` (HF weights converted into densevit; batch 1, forward, no grad).
@@ -17,6 +17,9 @@ of a stage whose map fits in one window (the last, 7x7, stage at 224²), densevi
 the shifted window and its mask there (as the detection backbones do), and also
 normalises every stage output (four output norms, not one).
 
+``--json FILE`` writes the printed times and ratios with the command, commit, CPU and thread
+count (``densevit.utils.provenance``).
+
 (Peak memory against token count is not measured here yet: the process's ru_maxrss
 high-water mark is set by building the model, not by the forward.)
 """
@@ -30,6 +33,7 @@ from densevit.checkpoint.swin import convert_swin
 from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.swin import SwinTransformer
 from densevit.models.backbones.vit import VisionTransformer
+from densevit.utils.provenance import add_json_argument, write_result
 
 
 def timed(fn_a, fn_b, x, repeats, grad=False):
@@ -79,20 +83,26 @@ def swin_pair():
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('--repeats', type=int, default=5)
+    add_json_argument(p)
     args = p.parse_args()
     torch.manual_seed(0)
     print(f'torch threads: {torch.get_num_threads()}')
     print('| model | input | densevit (ms) | HF transformers (ms) | HF / densevit |')
     print('|---|---|---|---|---|')
+    rows = []
+
+    def row(model, size, a, b, ratio):
+        rows.append(dict(model=model, input=size, densevit_ms=a * 1e3, hf_ms=b * 1e3,
+                         hf_over_densevit=ratio))
+        print(f'| {model} | {size}² | {a * 1e3:.1f} | {b * 1e3:.1f} | {ratio:.2f} |')
+
     for size in (224, 512):
         ours, hf = vit_pair(size)
         x = torch.randn(1, 3, size, size)
-        a, b, ratio = timed(ours, hf, x, args.repeats)
-        print(f'| ViT-B/16 | {size}² | {a * 1e3:.1f} | {b * 1e3:.1f} | {ratio:.2f} |')
+        row('ViT-B/16', size, *timed(ours, hf, x, args.repeats))
     ours, hf = swin_pair()
     x = torch.randn(1, 3, 224, 224)
-    a, b, ratio = timed(ours, lambda t: hf(pixel_values=t), x, args.repeats)
-    print(f'| Swin-T | 224² | {a * 1e3:.1f} | {b * 1e3:.1f} | {ratio:.2f} |')
+    row('Swin-T', 224, *timed(ours, lambda t: hf(pixel_values=t), x, args.repeats))
 
     plain = VisionTransformer(arch='B', img_size=224).eval()
     rel = VisionTransformer(arch='B', img_size=224,
@@ -101,6 +111,10 @@ def main():
     a, b, ratio = timed(plain, rel, x, args.repeats)
     print(f'\nrelative-position ViT-B/16 forward at 224²: {b * 1e3:.1f} ms vs plain '
           f'{a * 1e3:.1f} ms = {ratio:.2f}x')
+    if args.json:
+        write_result(args.json, dict(vs_hf=rows, relative_position=dict(
+            input=224, plain_ms=a * 1e3, relative_ms=b * 1e3, relative_over_plain=ratio)),
+            repeats=args.repeats)
 
 
 if __name__ == '__main__':

@@ -1,13 +1,14 @@
 """bf16 against fp32 inference time of one model, interleaved in one process.
 
     python benchmarks/bench_bf16_speed.py CONFIG [CHECKPOINT] --shape H W [--rounds 3]
-        [--iters 2] [--threads N]
+        [--iters 2] [--threads N] [--json FILE]
 
 Each round times ``tools/analysis/benchmark.py``'s ``benchmark()`` (``--mode predict``,
 batch 1, one warm-up, ``--iters`` timed batches: their median) once per precision, the
 order alternating from round to round, so that a change in the machine's load falls on
 both; printed: each round's times, the medians and the speed-up. Random weights unless a
-checkpoint is given (speed does not depend on them).
+checkpoint is given (speed does not depend on them). ``--json FILE`` writes the times with
+the command, commit, CPU and thread count (``densevit.utils.provenance``).
 """
 import argparse
 import importlib.util
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from densevit.apis import init_model
+from densevit.utils.provenance import add_json_argument, write_result
 
 _TOOL = Path(__file__).resolve().parents[1] / 'tools' / 'analysis' / 'benchmark.py'
 
@@ -38,6 +40,7 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--iters', type=int, default=2)
     p.add_argument('--threads', type=int)
+    add_json_argument(p)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -53,6 +56,10 @@ def main(argv=None):
           f'fp32 {[round(t) for t in times["fp32"]]} ms, bf16 {[round(t) for t in times["bf16"]]} '
           f'ms; median {med["fp32"]:.0f} vs {med["bf16"]:.0f} ms, '
           f'bf16 speed-up x{med["fp32"] / med["bf16"]:.2f}')
+    if args.json:
+        write_result(args.json, dict(shape=args.shape, times_ms=times, median_ms=med,
+                                     bf16_speedup=med['fp32'] / med['bf16']),
+                     config=args.config, checkpoint=args.checkpoint, iters=args.iters)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Deformable attention core, forward + backward on CPU: densevit vs HF transformers.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_deform_attn.py [--batch 1] [--repeats 5]
+    OMP_NUM_THREADS=1 python benchmarks/bench_deform_attn.py [--batch 1] [--repeats 5] [--json FILE]
 
 Shapes of Deformable DETR on COCO: 4 levels of an 800x1066 image (100x134, 50x67, 25x34,
 13x17), d 256, 8 heads, 4 points; "encoder" = every pixel a query (S = 17,821),
@@ -10,7 +10,8 @@ median of ``--repeats`` after one warm-up each. Peak memory: each implementation
 process of its own, how far a warm-up and one step pushed the resident set above its
 level once the inputs were made (:func:`densevit.utils.memory.peak_rss_growth`, the
 high-water mark reset first). The reference is ``transformers.models.deformable_detr``'s pure-PyTorch
-``MultiScaleDeformableAttention``.
+``MultiScaleDeformableAttention``. ``--json FILE`` writes the printed numbers with the
+command, commit, CPU and thread count (``densevit.utils.provenance``).
 """
 import argparse
 import json
@@ -22,6 +23,7 @@ import time
 import torch
 
 from densevit.utils.memory import peak_rss_growth
+from densevit.utils.provenance import add_json_argument, write_result
 
 SHAPES = [(100, 134), (50, 67), (25, 34), (13, 17)]
 D, M, L, P = 256, 8, 4, 4
@@ -91,11 +93,13 @@ def main():
     p.add_argument('--batch', type=int, default=1)
     p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--child', nargs=2, metavar=('IMPL', 'CASE'), help=argparse.SUPPRESS)
+    add_json_argument(p)
     args = p.parse_args()
     if args.child:
         return child(*args.child, args.batch)
     print(f'torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}')
     print(f'{"case":8} {"impl":9} {"fwd+bwd s":>10} {"peak MiB":>9}')
+    results = {}
     for case in ('encoder', 'decoder'):
         times = interleaved_times(case, args.batch, args.repeats)
         peaks = {}
@@ -104,8 +108,14 @@ def main():
                                   '--child', name, case], capture_output=True, text=True, check=True)
             peaks[name] = json.loads(out.stdout.strip().splitlines()[-1])['peak_mib']
             print(f'{case:8} {name:9} {times[name]:10.3f} {peaks[name]:9.1f}')
-        print(f'{case:8} ratio hf/densevit: time {times["hf"] / times["densevit"]:.2f}x, '
-              f'peak memory {peaks["hf"] / max(peaks["densevit"], 1e-9):.2f}x')
+        ratios = dict(time=times['hf'] / times['densevit'],
+                      peak_memory=peaks['hf'] / max(peaks['densevit'], 1e-9))
+        results[case] = dict(queries=_queries(case), seconds=times, peak_mib=peaks,
+                             hf_over_densevit=ratios)
+        print(f'{case:8} ratio hf/densevit: time {ratios["time"]:.2f}x, '
+              f'peak memory {ratios["peak_memory"]:.2f}x')
+    if args.json:
+        write_result(args.json, results, batch=args.batch, repeats=args.repeats)
 
 if __name__ == '__main__':
     main()

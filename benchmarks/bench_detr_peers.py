@@ -5,7 +5,7 @@ one run, interleaved.
     PYTHONPATH=$PWD:tools/dev/openmmlab_fixtures VENV/bin/python \\
         benchmarks/bench_detr_peers.py --peer mmdet
     # Deformable DETR-R50 vs transformers' DeformableDetrForObjectDetection:
-    python benchmarks/bench_detr_peers.py --peer hf
+    python benchmarks/bench_detr_peers.py --peer hf [--json FILE]
 
 The peer is built at full size from its own definition (MMDetection's zoo config
 ``detr_r50_8xb2-150e_coco.py``; transformers' ``DeformableDetrConfig`` with its ResNet-50,
@@ -22,6 +22,8 @@ the last decoder layer's logits and boxes: the same function is being timed), th
 Times are medians of ``--repeats`` runs after one warm-up each, the two models' runs
 interleaved with the order flipped every repeat (``bench_backbones.timed``); the ratio is
 the median of the per-repeat ratios. On a shared machine compare ratios, not milliseconds.
+``--json FILE`` writes the printed numbers with the command, commit, CPU and thread count
+(``densevit.utils.provenance``).
 """
 import argparse
 import sys
@@ -34,6 +36,7 @@ from mmengine.structures import InstanceData
 
 from densevit.apis import init_model
 from densevit.structures import DataSample
+from densevit.utils.provenance import add_json_argument, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(800, 1066), (736, 1024)]  # (H, W) of the two training images
@@ -172,6 +175,7 @@ def main():
     p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--threads', type=int, help='torch threads (default: torch\'s)')
     p.add_argument('--no-train', action='store_true', help='time inference only')
+    add_json_argument(p)
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -194,20 +198,27 @@ def main():
 
     print(f'| {name} | densevit (ms) | {peer_name} (ms) | densevit / peer |')
     print('|---|---|---|---|')
-    a, b, ratio = timed(lambda x: ours(x, _samples(shapes1, SHAPES[0], False),
-                                       mode='predict'),
-                        lambda x: fns['peer_predict'](x, shapes1), x1, args.repeats)
-    print(f'| inference, 1 x 800x1066 | {a * 1e3:.0f} | {b * 1e3:.0f} | {1 / ratio:.2f} |',
-          flush=True)
-    if args.no_train:
-        return
-    x2, shapes2 = _batch(2)
-    ours.train(), peer.train()
-    a, b, ratio = timed(
-        _train_step(ours, lambda x: ours(x, _samples(shapes2, SHAPES[0], True),
-                                         mode='loss')),
-        _train_step(peer, lambda x: fns['peer_loss'](x, shapes2)), x2, args.repeats, grad=True)
-    print(f'| training step, batch 2 | {a * 1e3:.0f} | {b * 1e3:.0f} | {1 / ratio:.2f} |')
+    results = dict(model=name, peer=peer_name, max_abs_diff=dict(logits=diffs[0], boxes=diffs[1]),
+                   rows=[])
+
+    def row(what, a, b, ratio):
+        results['rows'].append(dict(what=what, densevit_ms=a * 1e3, peer_ms=b * 1e3,
+                                    densevit_over_peer=1 / ratio))
+        print(f'| {what} | {a * 1e3:.0f} | {b * 1e3:.0f} | {1 / ratio:.2f} |', flush=True)
+
+    row('inference, 1 x 800x1066',
+        *timed(lambda x: ours(x, _samples(shapes1, SHAPES[0], False), mode='predict'),
+               lambda x: fns['peer_predict'](x, shapes1), x1, args.repeats))
+    if not args.no_train:
+        x2, shapes2 = _batch(2)
+        ours.train(), peer.train()
+        row('training step, batch 2', *timed(
+            _train_step(ours, lambda x: ours(x, _samples(shapes2, SHAPES[0], True),
+                                             mode='loss')),
+            _train_step(peer, lambda x: fns['peer_loss'](x, shapes2)), x2, args.repeats,
+            grad=True))
+    if args.json:
+        write_result(args.json, results, repeats=args.repeats)
 
 
 if __name__ == '__main__':

@@ -22,12 +22,12 @@ variant's predictions go to its own copy of the config's test metric. Variants:
   (``OnnxRuntimeModel``, as ``tools/test.py --backend onnxruntime``).
 
 Printed: each variant's metrics, its difference from fp32, and its median time per batch
-and speed-up over fp32.
+and speed-up over fp32; ``--json FILE`` writes them with the command, commit, CPU and thread
+count (``densevit.utils.provenance``).
 """
 import argparse
 import contextlib
 import copy
-import json
 import statistics
 import sys
 import tempfile
@@ -43,6 +43,7 @@ from densevit.apis import init_model
 from densevit.models.heads import deformable_detr_head, detr_head
 from densevit.models.layers import deformable_detr_transformer
 from densevit.utils.precision import autocast_context
+from densevit.utils.provenance import add_json_argument, write_result
 
 _PATCHED = (detr_head, deformable_detr_head, deformable_detr_transformer)
 
@@ -127,7 +128,7 @@ def main(argv=None):
                    'exported from the checkpoint into a temporary folder)')
     p.add_argument('--batch', type=int, help='test batch size (default: the config\'s)')
     p.add_argument('--threads', type=int)
-    p.add_argument('--json')
+    add_json_argument(p)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -146,8 +147,8 @@ def main(argv=None):
         print(f'{name:>10}: {med * 1000:.1f} ms/batch (x{base / med:.2f}); {shown}')
     print(f'{torch.get_num_threads()} threads, {len(times["fp32"])} batches per variant')
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(report, f, indent=2)
+        write_result(args.json, report, config=args.config, checkpoint=args.checkpoint,
+                     onnx=args.onnx, batches_per_variant=len(times['fp32']))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Peak CPU memory of single forward passes: ViT-B/16 against its token count (issue 4)
-and SegFormer-B0 slide inference against one window (issue 3).
+"""Peak CPU memory of single forward passes: ViT-B/16 against its token count
+and SegFormer-B0 slide inference against one window.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_memory.py [--vit-sizes 1024 2048]
         [--seg-shape 512 2048] [--only control vit seg] [--glibc-default-malloc] [--json FILE]
@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 
 from densevit.utils.memory import peak_rss_growth
+from densevit.utils.provenance import add_json_argument, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SEG_CONFIG = REPO / 'configs/segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py'
@@ -155,7 +156,7 @@ def report(args):
               f'{slide["accumulator_mib"]:.1f} MiB + {extra:.1f} MiB '
               f'({extra / whole["growth_mib"]:.2f} x one window\'s peak)')
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        write_result(args.json, results)
 
 
 def main(argv=None):
@@ -166,7 +167,7 @@ def main(argv=None):
     p.add_argument('--seg-shape', type=int, nargs=2, default=[512, 2048], metavar=('H', 'W'))
     p.add_argument('--glibc-default-malloc', action='store_true',
                    help="leave glibc's dynamic mmap threshold (see above)")
-    p.add_argument('--json', help='also write the results to this file')
+    add_json_argument(p)
     p.add_argument('--child', nargs='+', help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:

@@ -1,7 +1,7 @@
 """Distributed scaling and data-loading share, measured from real training runs.
 
     python benchmarks/dist_scaling.py CONFIG [--nprocs 1 2] [--iters 30] [--skip 5]
-        [--threads 1] [--work-dir DIR] [--cfg-options k=v ...]
+        [--threads 1] [--work-dir DIR] [--json FILE] [--cfg-options k=v ...]
 
 Trains CONFIG for ``--iters`` iterations once per entry of ``--nprocs`` (1: plain
 ``tools/train.py``; n > 1: ``tools/dist_train.sh CONFIG n``) with the same
@@ -15,6 +15,9 @@ data share = sum(data_time) / sum(time). For n processes against one:
 scaling efficiency = throughput_n / (n x throughput_1) = t_1 / t_n (1.0 = linear).
 Each process gets ``--threads`` torch threads (OMP_NUM_THREADS), so n processes
 use n times the cores of one: compare on a machine with that many free cores.
+``--json FILE`` writes the results with the command, commit and CPU
+(``densevit.utils.provenance``; its thread count is this process's, the training
+processes' is ``threads_per_process``).
 """
 import argparse
 import json
@@ -26,6 +29,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from densevit.utils.provenance import add_json_argument, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +98,7 @@ def parse_args(argv=None):
     p.add_argument('--skip', type=int, default=5, help='first iterations left out')
     p.add_argument('--threads', type=int, default=1, help='torch threads per process')
     p.add_argument('--work-dir', default='work_dirs/dist_scaling')
-    p.add_argument('--json', help='also write the results here')
+    add_json_argument(p)
     p.add_argument('--cfg-options', nargs='+', default=[],
                    help='passed to train.py as is, e.g. train_dataloader.num_workers=2')
     return p.parse_args(argv)
@@ -119,8 +124,8 @@ def main(argv=None):
                   f"{100 * r['scaling_efficiency']:.0f}% (speed-up "
                   f"{r['images_per_s'] / base['images_per_s']:.2f}x)")
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(results, f, indent=2)
+        write_result(args.json, results, config=args.config, threads_per_process=args.threads,
+                     batch_per_process=batch, cfg_options=args.cfg_options)
     return 0
 
 

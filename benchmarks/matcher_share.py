@@ -1,10 +1,12 @@
 """Share of a DETR training step spent in Hungarian matching.
 
-    python benchmarks/matcher_share.py configs/detr_vit.py --size 512 512 --batch 2
+    python benchmarks/matcher_share.py configs/detr_vit.py --size 512 512 --batch 2 [--json FILE]
 
 Times full training steps (forward, loss, backward, optimizer) on random images with
 ``--boxes`` random ground-truth boxes each, and the matcher calls inside them (one
-per decoder layer with auxiliary losses). Prints a table and the share in percent.
+per decoder layer with auxiliary losses). Prints a table and the share in percent;
+``--json FILE`` writes them with the command, commit, CPU and thread count
+(``densevit.utils.provenance``).
 """
 import argparse
 import time
@@ -17,6 +19,7 @@ from mmengine.structures import InstanceData
 import densevit  # noqa: F401
 from densevit.registry import MODELS
 from densevit.structures import DataSample
+from densevit.utils.provenance import add_json_argument, write_result
 
 
 def random_batch(batch, size, num_boxes, generator):
@@ -42,6 +45,7 @@ def main(argv=None):
     p.add_argument('--boxes', type=int, default=7, help='ground-truth boxes per image (COCO: ~7)')
     p.add_argument('--steps', type=int, default=5)
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    add_json_argument(p)
     args = p.parse_args(argv)
 
     cfg = Config.fromfile(args.config)
@@ -88,6 +92,12 @@ def main(argv=None):
     print(f'| training step | matching ({calls} calls) | share |')
     print('|---|---|---|')
     print(f'| {step * 1000:.1f} ms | {match * 1000:.2f} ms | {100 * match / step:.2f}% |')
+    if args.json:
+        write_result(args.json, dict(step_ms=step * 1000, matching_ms=match * 1000,
+                                     matcher_calls=calls, share=match / step),
+                     config=args.config, size=list(args.size), batch=args.batch,
+                     queries=model.bbox_head.num_queries, boxes=args.boxes, steps=args.steps,
+                     device=args.device)
 
 
 if __name__ == '__main__':

@@ -1,5 +1,5 @@
 """densevit: object detection and semantic segmentation on Vision Transformers."""
-from .checkpoint.safe_load import allow_checkpoint_types
+from .checkpoint.read import allow_checkpoint_types
 
 __version__ = '0.1.0'
 

@@ -108,13 +108,15 @@ def main(argv=None):
     if onnx:
         try:
             from densevit.deploy.onnx_model import OnnxRuntimeModel
-            from densevit.deploy.runtime import OnnxGraphError
+            from densevit.deploy.runtime import OnnxGraphError, check_fixed_batch
         except ImportError as e:
             print(f'densevit: --backend onnxruntime needs the deploy extra '
                   f'(pip install -e .[deploy]): {e}', file=sys.stderr)
             return 1
         try:  # the network runs in ONNX Runtime; data handling and metric stay the same
             runner.model = OnnxRuntimeModel(runner.model, args.checkpoint)
+            check_fixed_batch(runner.model.graph, runner.test_dataloader.batch_size,
+                              len(runner.test_dataloader.dataset))
         except OnnxGraphError as e:
             print(f'densevit: {e}', file=sys.stderr)
             return 1

@@ -1,21 +1,27 @@
-# Quickstart: a small ViT + DETR on the procedural shapes data (generated under
-# data/shapes/ on first use), trained on a CPU in about 20 minutes.
+# A small ViT + vanilla DETR on the procedural shapes data (generated under data/shapes/ on
+# first use). It does not leave its plateau (every query predicting the average box) in 20
+# minutes on a CPU: AP50 0.004 after 1,366 iterations (docs/benchmarks.md, "Earlier quickstart
+# measurements"); its full 2,400-iteration run has no recorded score. For a detector that
+# learns in that time use configs/quickstart/deformable_detr_vit_shapes.py; this model learns
+# its 16 training images in detr_vit_shapes_overfit16.py.
 #   python tools/train.py configs/quickstart/detr_vit_shapes.py
 _base_ = ['../_base_/models/detr.py', '../_base_/default_runtime.py']
 
 data_root = 'data/shapes/'
 img_size = 128
+patch_size = 8
 shapes = dict(img_size=(img_size, img_size), max_objects=4, min_size=24, max_size=64, seed=0)
 classes = ('circle', 'rectangle', 'triangle')
 
 # DETR (models/detr.py) shrunk: a 4-layer ViT of width 128 on 8x8 patches, 20 queries,
-# 2 + 3 transformer layers, no dropout
+# 2 + 3 transformer layers, no dropout. The data preprocessor counts an image's tokens in
+# the ViT's patches: one over max_tokens (65,536 by default) is refused, naming its file.
 model = dict(
-    data_preprocessor=dict(pad_size_divisor=8),
+    data_preprocessor=dict(pad_size_divisor=patch_size, patch_size=patch_size),
     backbone=dict(
         type='VisionTransformer',
         arch=dict(embed_dims=128, num_layers=4, num_heads=4, feedforward_channels=512),
-        img_size=img_size, patch_size=8, with_cls_token=False, drop_path_rate=0.0),
+        img_size=img_size, patch_size=patch_size, with_cls_token=False, drop_path_rate=0.0),
     bbox_head=dict(
         num_classes=3, embed_dims=128, num_queries=20,
         transformer=dict(num_heads=4, num_encoder_layers=2, num_decoder_layers=3,
@@ -27,9 +33,13 @@ train_pipeline = [
     dict(type='RandomFlip', prob=0.5),
     dict(type='PackDetInputs'),
 ]
+# The generated images are all img_size x img_size, the size training sees; other images are
+# resized to fit it (a no-op on the generated ones). Boxes are predicted in pixels of the
+# original image (divided by scale_factor), where CocoMetric scores them.
 test_pipeline = [
     dict(type='LoadImage'),
     dict(type='LoadDetAnnotations'),
+    dict(type='Resize', scale=(img_size, img_size), keep_ratio=True),
     dict(type='PackDetInputs'),
 ]
 

@@ -19,7 +19,8 @@ norm_cfg = dict(type='BN', requires_grad=True)  # one process: plain BatchNorm
 # with the paper's Linear projections per level (the base file has MMSegmentation's
 # conv-BN-ReLU ones)
 model = dict(
-    backbone=dict(drop_path_rate=0.0),
+    # the official code's LayerNorm eps mix (trained from scratch; the measured runs used it)
+    backbone=dict(drop_path_rate=0.0, layer_norm_eps=None),
     decode_head=dict(
         proj_type='linear', channels=128, dropout_ratio=0.0, num_classes=4, norm_cfg=norm_cfg,
         # Dice beside cross-entropy: the shapes cover 15% of the pixels, and Dice scores
@@ -33,8 +34,12 @@ train_pipeline = [
     dict(type='RandomFlip', prob=0.5),
     dict(type='PackSegInputs'),
 ]
+# The generated images are all img_size x img_size, the size training sees; other images are
+# resized to fit it (a no-op on the generated ones). Labels are loaded after the resize, at
+# the original size, where predictions are resized back to and IoUMetric compares them.
 test_pipeline = [
     dict(type='LoadImage'),
+    dict(type='Resize', scale=(img_size, img_size), keep_ratio=True),
     dict(type='LoadSegAnnotations'),
     dict(type='PackSegInputs'),
 ]

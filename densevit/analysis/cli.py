@@ -1,12 +1,13 @@
 """Command-line plumbing shared by the ViT figure tools in ``tools/analysis/``.
 
 Argument parser, model set-up, batched forward passes with attention captured,
-JSON output and timing: what ``pos_embed_similarity.py``, ``patch_filters.py``,
-``attention_distance.py``, ``attention_rollout.py`` and ``detr_attention.py`` share.
+JSON output (with the provenance of :mod:`densevit.utils.provenance`) and timing: what
+``pos_embed_similarity.py``, ``patch_filters.py``, ``attention_distance.py``,
+``attention_rollout.py``, ``detr_attention.py`` and ``token_similarity.py`` share.
 """
 import argparse
-import json
 import os
+import os.path as osp
 import time
 
 import torch
@@ -20,11 +21,12 @@ from densevit.analysis.inputs import (
     load_vit_model,
     to_tensor,
 )
+from densevit.utils.provenance import add_json_argument, write_result
 
 
 def base_parser(description, images=False, num_images=100):
-    """CONFIG, CHECKPOINT, --out-dir, --device, --cfg-options; with ``images``, the image
-    arguments too."""
+    """CONFIG, CHECKPOINT, --out-dir, --json, --device, --cfg-options; with ``images``, the
+    image arguments too."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument('config')
     p.add_argument('checkpoint', help="weights ('none' keeps the random initialisation)")
@@ -36,6 +38,7 @@ def base_parser(description, images=False, num_images=100):
         p.add_argument('--img-size', type=int, nargs=2, metavar=('H', 'W'),
                        help="default: the size the position table was made for")
     p.add_argument('--out-dir', default='work_dirs/analysis')
+    add_json_argument(p, 'the numbers', default='a file named after the tool in --out-dir')
     p.add_argument('--device', default='cpu')
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
                    help='override config settings (key=value), e.g. the model a checkpoint '
@@ -43,11 +46,15 @@ def base_parser(description, images=False, num_images=100):
     return p
 
 
+def checkpoint_path(args):
+    """The CHECKPOINT argument, None for 'none' (random weights)."""
+    return None if args.checkpoint.lower() == 'none' else args.checkpoint
+
+
 def setup(args):
     """Make ``args.out_dir``; return (model, vit backbone) (checkpoint 'none': random weights)."""
     os.makedirs(args.out_dir, exist_ok=True)
-    ckpt = None if args.checkpoint.lower() == 'none' else args.checkpoint
-    return load_vit_model(args.config, ckpt, args.device, args.cfg_options)
+    return load_vit_model(args.config, checkpoint_path(args), args.device, args.cfg_options)
 
 
 def captured_batches(model, vit, args):
@@ -62,11 +69,13 @@ def captured_batches(model, vit, args):
         yield batch, x, rec.self_attn, tuple(feat.shape[-2:])
 
 
-def write_json(path, data):
-    """Write ``data`` as indented JSON to ``path``; returns ``path``."""
-    with open(path, 'w') as f:
-        json.dump(data, f, indent=1)
-    return path
+def write_json(args, file_name, data):
+    """Write ``data`` to ``--json``, else to ``<out-dir>/<file_name>``, with its provenance
+    and the config, checkpoint and ``--cfg-options`` it came from (:func:`write_result`);
+    returns the path."""
+    return write_result(args.json or osp.join(args.out_dir, file_name), data,
+                        config=args.config, checkpoint=checkpoint_path(args),
+                        cfg_options=dict(args.cfg_options))
 
 
 class Timer:

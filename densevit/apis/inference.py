@@ -16,7 +16,7 @@ from mmengine.registry import DefaultScope, init_default_scope
 
 import densevit  # noqa: F401  (checkpoint allow-list, safe loader)
 from densevit.checkpoint.model import load_model_weights
-from densevit.checkpoint.safe_load import load_checkpoint_safely
+from densevit.checkpoint.read import load_checkpoint_safely
 from densevit.engine.sync_bn import revert_sync_bn_if_single
 from densevit.registry import DATASETS, MODELS
 from densevit.utils.precision import autocast_context, check_precision
@@ -78,7 +78,7 @@ def init_model(config, checkpoint=None, device='cpu', cfg_options=None, precisio
     return model.to(device).eval()
 
 
-def test_pipeline(cfg):
+def split_test_pipeline(cfg):
     """(load transform or None, Compose of the rest) of the config's test pipeline, with
     annotation loading removed (there are none at inference)."""
     dataset = (cfg.get('test_dataloader') or cfg.get('val_dataloader'))['dataset']
@@ -124,7 +124,14 @@ def _prepare(item, load, rest):
     else:
         if load is None:
             raise ValueError('the test pipeline has no image-loading step: pass arrays')
-        results = load(dict(img_path=os.fspath(item)))
+        path = os.fspath(item)
+        if os.path.isdir(path):
+            raise IsADirectoryError(
+                f'inference: {path} is a folder; inference() takes an image (a file path or an '
+                f"array) or a list of them: pass the folder's files, e.g. inference(model, "
+                f"sorted(glob.glob('{path}/*.png'))), or draw them all with tools/demo.py "
+                f'{path} CONFIG CHECKPOINT --out-dir OUT')
+        results = load(dict(img_path=path))
     return rest(results)
 
 
@@ -133,11 +140,14 @@ def inference(model, images, batch_size=1, precision=None):
 
     Args:
         model: from :func:`init_model`.
-        images (str | Path | np.ndarray | list): file paths or arrays, or a list
-            of them. Arrays are **BGR** (as ``cv2.imread`` gives) ``H x W x 3``, or
-            BGRA ``H x W x 4``, or grayscale ``H x W`` / ``H x W x 1``; uint8
-            0..255 or float 0..1 (see :func:`as_bgr_uint8`).
-        batch_size (int): images per forward pass.
+        images (str | Path | np.ndarray | list): a file path or array, or a list
+            of them (a folder is refused, saying how to pass its files). Arrays are
+            **BGR** (as ``cv2.imread`` gives) ``H x W x 3``, or BGRA ``H x W x 4``, or
+            grayscale ``H x W`` / ``H x W x 1``; uint8 0..255 or float 0..1 (see
+            :func:`as_bgr_uint8`).
+        batch_size (int): images per ``test_step``; images of different sizes in one
+            batch are predicted in groups of one size (``densevit/models/size_groups.py``),
+            so the batch size does not change the predictions.
         precision (str, optional): 'fp32' or 'bf16' (autocast); default the model's
             ``precision`` from :func:`init_model` ('fp32' if it has none).
 
@@ -153,7 +163,7 @@ def inference(model, images, batch_size=1, precision=None):
     device = next(model.parameters()).device.type
     scope = model.cfg.get('default_scope', 'densevit')
     with DefaultScope.overwrite_default_scope(scope):
-        load, rest = test_pipeline(model.cfg)
+        load, rest = split_test_pipeline(model.cfg)
         results = []
         for start in range(0, len(items), batch_size):
             batch = [_prepare(x, load, rest) for x in items[start:start + batch_size]]

@@ -22,6 +22,14 @@ _SHOW = 10
 _PARTS = ('q', 'k', 'v')
 
 
+class UnknownLayoutError(ValueError):
+    """No candidate layout recognises the checkpoint's keys (another converter may)."""
+
+
+class PartialLayoutError(ValueError):
+    """The keys look like a known layout, but some have no conversion rule (strict)."""
+
+
 @dataclass
 class Layout:
     """One checkpoint layout.
@@ -37,8 +45,10 @@ class Layout:
         post: optional ``fn(state_dict) -> state_dict`` run after renaming and
             fusing (e.g. to remove a token from a position table).
         options: backbone options implied by this origin (e.g.
-            ``{'layer_norm_eps': 1e-12}``), handed to the backbone's
-            ``checkpoint_options(**options)`` when the checkpoint is loaded.
+            ``{'layer_norm_eps': 1e-12}``),
+            recorded with the conversion (and in a converted file's meta) and compared
+            with the backbone's attributes of the same names when loaded: a WARNING line
+            where they differ, the model unchanged.
     """
     name: str
     signature: str
@@ -121,20 +131,20 @@ def convert_state_dict(state_dict, layouts, what, strict=False, logger='current'
         Converted: densevit's layout, with the source layout's name and options.
 
     Raises:
-        ValueError: no layout's signature matches, or (strict) keys the chosen
-            layout does not explain: the message names the layout, how many keys
-            it understood and the first it did not.
+        UnknownLayoutError: no layout's signature matches.
+        PartialLayoutError: (strict) keys the chosen layout does not explain: the
+            message names the layout, how many keys it understood and the first it did not.
     """
     keys = list(state_dict)
     candidates = [lay for lay in layouts if any(re.search(lay.signature, k) for k in keys)]
     if not candidates:
-        raise ValueError(
+        raise UnknownLayoutError(
             f'{what}: checkpoint keys match no known layout '
             f'({", ".join(lay.name for lay in layouts)}). First unmatched keys: {keys[:_SHOW]}')
     results = [(lay, *_apply(state_dict, lay)) for lay in candidates]
     layout, out, unmatched, dropped = min(results, key=lambda r: len(r[2]))
     if unmatched and strict:
-        raise ValueError(
+        raise PartialLayoutError(
             f'{what}: the keys look like the {layout.name} layout, but only '
             f'{len(keys) - len(unmatched)} of {len(keys)} are understood; refusing to convert '
             f'part of a checkpoint. First keys not understood: {unmatched[:_SHOW]}')

@@ -38,7 +38,7 @@ Non-renaming facts of the encoder:
   Mix-FFN's two projections are 1x1 convs ([C', C, 1, 1]) and become Linear weights
   ([C', C]); ``ffn.layers`` 2, 3, 5 are GELU / dropouts (no weights). mmseg gives
   ``out_proj`` a bias only when ``qkv_bias=True`` (every zoo config).
-- LayerNorm eps (handed to ``MixVisionTransformer.checkpoint_options``): official
+- LayerNorm eps (``Layout.options``, compared with ``MixVisionTransformer.layer_norm_eps``): official
   code (``mix_transformer.py``) 1e-5 in the patch embeddings and the key/value
   reduction, 1e-6 in the blocks and the stage-final norms; HF
   (``modeling_segformer.py``) 1e-5 everywhere (plain ``nn.LayerNorm``); mmseg 1e-6
@@ -69,7 +69,7 @@ import re
 import torch
 
 from .layout import Layout, convert_state_dict
-from .load import flatten_checkpoint
+from .read import flatten_checkpoint
 
 _W = r'(weight|bias)'
 
@@ -190,9 +190,10 @@ _DENSEVIT_RULES = [
      r'\1'),
 ]
 
-_OPT_OFFICIAL = {'layer_norm_eps': OFFICIAL_LAYER_NORM_EPS}
-_OPT_HF = {'layer_norm_eps': HF_LAYER_NORM_EPS}
-_OPT_MMSEG = {'layer_norm_eps': MMSEG_LAYER_NORM_EPS}
+# per kind, as MixVisionTransformer.layer_norm_eps reports them (compared on load)
+_OPT_OFFICIAL = {'layer_norm_eps': dict(OFFICIAL_LAYER_NORM_EPS)}
+_OPT_HF = {'layer_norm_eps': dict.fromkeys(OFFICIAL_LAYER_NORM_EPS, HF_LAYER_NORM_EPS)}
+_OPT_MMSEG = {'layer_norm_eps': dict.fromkeys(OFFICIAL_LAYER_NORM_EPS, MMSEG_LAYER_NORM_EPS)}
 
 # Encoder layouts: a bare encoder, or the encoder inside a whole model (prefix kept optional).
 BACKBONE_LAYOUTS = {

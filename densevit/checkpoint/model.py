@@ -1,73 +1,25 @@
 """Whole-model checkpoints (a detector or a segmentor with its heads), from any known origin.
 
 :func:`load_model_weights` is what ``tools/test.py``, ``load_from`` and
-:func:`densevit.apis.init_model` use: a checkpoint already in densevit's layout
-loads as it is; any other is recognised by its keys among the whole-model layouts
-of the family modules (:data:`FAMILIES`), converted, and loaded with a report
-(or, ``strict``, an error listing what does not match). Keys that are not model
-weights (an EMA copy, data preprocessor buffers) are skipped with a logged count.
-
-A family module (e.g. :mod:`densevit.checkpoint.detr`) takes part by defining
-``model_layouts(state_dict) -> list[Layout]``: its whole-model layouts, which may
-depend on the keys (e.g. box refinement present or not).
+:func:`densevit.apis.init_model` use. A checkpoint passes each step once: read
+(:mod:`.read`, by the caller), converted when it is not in densevit's layout
+(:mod:`.convert`), matched against the model (:mod:`.match`), and then loaded with a
+report or, ``strict``, refused with an error listing what does not match.
 """
-import importlib
-import re
-from collections import OrderedDict
-
-from mmengine.logging import print_log
-
-from .layout import convert_state_dict
-from .load import CheckpointMismatchError, flatten_checkpoint, load_state_dict_loudly
-from .safe_load import CorruptCheckpointError, UnsafeCheckpointError
-from .vit import DENSEVIT_MODEL, densevit_model_layout
+from .convert import convert_model, drop_non_weights, origin_and_options
+from .layout import PartialLayoutError, UnknownLayoutError
+from .match import CheckpointMismatchError, load_into
+from .read import (
+    CheckpointDownloadError,
+    CorruptCheckpointError,
+    UnsafeCheckpointError,
+    checkpoint_meta,
+    flatten_checkpoint,
+)
 
 # what tools/train.py and tools/test.py report in one line instead of a traceback
-CHECKPOINT_ERRORS = (CheckpointMismatchError, CorruptCheckpointError, UnsafeCheckpointError)
-
-# modules of this package with model_layouts(state_dict)
-FAMILIES = ('detr', 'deformable_detr', 'mit', 'setr')
-
-# keys in saved models that are not weights of the model itself
-_NOT_WEIGHTS = r'(data_preprocessor\.|ema_|ema_model\.|module\.ema\.).*'
-_SHOW = 5
-
-
-def model_layouts(state_dict):
-    """Every family's whole-model layouts for these keys."""
-    layouts = []
-    for name in FAMILIES:
-        module = importlib.import_module(f'{__package__}.{name}')
-        layouts += module.model_layouts(state_dict)
-    return layouts
-
-
-def drop_non_weights(state_dict, source='checkpoint', logger='current'):
-    """``state_dict`` without EMA copies / data-preprocessor buffers (logged with a count)."""
-    skipped = {k for k in state_dict if re.fullmatch(_NOT_WEIGHTS, k)}
-    if not skipped:
-        return state_dict
-    print_log(f'{source}: skipped {len(skipped)} key(s) that are not model weights (EMA copy, '
-              f'data preprocessor): {sorted(skipped)[:_SHOW]}{"..." if len(skipped) > _SHOW else ""}',
-              logger=logger)
-    return OrderedDict((k, v) for k, v in state_dict.items() if k not in skipped)
-
-
-def convert_model(state_dict, strict=True, logger='current'):
-    """Convert a whole-model checkpoint from whichever known layout explains its keys.
-
-    Returns:
-        Converted: densevit's keys, with the origin's ``layout`` name and backbone
-        ``options``.
-
-    Raises:
-        ValueError: no layout fits, or (``strict``) the best one leaves keys
-            unexplained; the message names the layout, how many keys it understood
-            and the first it did not.
-    """
-    state_dict = drop_non_weights(state_dict, logger=logger)
-    return convert_state_dict(state_dict, model_layouts(state_dict), 'whole-model checkpoint',
-                              strict, logger=logger)
+CHECKPOINT_ERRORS = (CheckpointMismatchError, CorruptCheckpointError, UnsafeCheckpointError,
+                     CheckpointDownloadError)
 
 
 def load_model_weights(model, checkpoint, source, strict=True, logger='current'):
@@ -83,20 +35,21 @@ def load_model_weights(model, checkpoint, source, strict=True, logger='current')
             with ``load_from``).
 
     Returns:
-        LoadReport (see :mod:`densevit.checkpoint.load`).
+        LoadReport (see :mod:`densevit.checkpoint.match`).
     """
     state_dict = drop_non_weights(flatten_checkpoint(checkpoint, source), source, logger)
-    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
+    meta = checkpoint_meta(checkpoint)
     own = set(model.state_dict())
     if not own.issuperset(state_dict):  # not densevit's own layout
         try:
             state_dict = convert_model(state_dict, strict=True, logger=logger)
-        except ValueError as e:
-            if 'match no known layout' not in str(e):
-                raise CheckpointMismatchError(f'{source}: {e}') from None
-            # no foreign layout either: loaded as it is, so the report names the mismatch
-    return load_state_dict_loudly(model, state_dict, source, strict=strict, min_found=0.5,
-                                  described=describe_meta(meta), logger=logger)
+        except PartialLayoutError as e:
+            raise CheckpointMismatchError(f'{source}: {e}') from None
+        except UnknownLayoutError:
+            pass  # no foreign layout either: loaded as it is, so the report names the mismatch
+    origin, options = origin_and_options(model, state_dict, meta, source, logger)
+    return load_into(model, state_dict, source, origin=origin, options=options,
+                     described=describe_meta(meta), strict=strict, min_found=0.5, logger=logger)
 
 
 def describe_meta(meta):
@@ -125,36 +78,3 @@ def _model_cfg(text):
     except Exception:  # noqa: BLE001 - any config text we cannot read just goes unnamed
         return None
     return model if isinstance(model, dict) else None
-
-
-# backbone-only converters, tried when no whole-model layout fits
-_BACKBONES = (('vit', 'convert_vit'), ('swin', 'convert_swin'), ('mit', 'convert_mit'))
-
-
-def convert_any(state_dict, strict=True, logger='current'):
-    """A whole model (:func:`convert_model`) or, when no whole-model layout fits, a backbone.
-
-    Raises:
-        ValueError: neither; or a densevit detector / segmentor, which needs no conversion
-            (the ViT converter would take its backbone alone). The message lists the first
-            keys.
-    """
-    try:
-        return convert_model(state_dict, strict=strict, logger=logger)
-    except ValueError as e:
-        if 'match no known layout' not in str(e):
-            raise
-    if densevit_model_layout(state_dict) is DENSEVIT_MODEL:
-        raise ValueError('the keys are a densevit detector / segmentor\'s own: it needs no '
-                         'conversion (tools/test.py, init_model and load_from take it as it is; '
-                         'a ViT\'s init_cfg takes its backbone). First keys: '
-                         f'{list(state_dict)[:_SHOW]}')
-    for module_name, fn in _BACKBONES:
-        convert = getattr(importlib.import_module(f'{__package__}.{module_name}'), fn)
-        try:
-            return convert(state_dict, strict=strict)
-        except ValueError as e:
-            if 'match no known layout' not in str(e):
-                raise
-    raise ValueError(f'the keys match no known whole-model or backbone layout; first keys: '
-                     f'{list(state_dict)[:_SHOW]}')

@@ -61,7 +61,7 @@ there; norms of earlier outputs are new in a dense backbone. Bias tables made
 for another window are resized when loaded (see ``RelativePositionBias`` in
 ``densevit/models/layers/relative_position.py``).
 
-Origin options (``Layout.options``, applied by ``SwinTransformer.checkpoint_options``):
+Origin options (``Layout.options``, compared with ``SwinTransformer.always_shift``):
 the classifiers (official ``SwinTransformerBlock`` and timm: no shift when the
 training-size map is <= the window; HF ``SwinModel``: ``set_shift_and_window_size``,
 the same at run time) give ``always_shift=False``; MMSegmentation
@@ -73,7 +73,7 @@ from collections import OrderedDict
 
 from mmengine.logging import print_log
 
-from .layout import Layout, convert_state_dict
+from .layout import Layout, UnknownLayoutError, convert_state_dict
 
 _BLOCK = r'layers\.(\d+)\.blocks\.(\d+)\.'
 _OURS_BLOCK = r'layers.\1.blocks.\2.'
@@ -234,7 +234,7 @@ def convert_swin(state_dict, strict=False):
         with the origin's ``layout`` name and ``options`` (``always_shift``).
 
     Raises:
-        ValueError: the keys match no Swin layout (the first keys are listed; keys
+        UnknownLayoutError: the keys match no Swin layout (the first keys are listed; keys
             under ``backbone.`` get a hint to set ``prefix``).
     """
     keys = list(state_dict)
@@ -248,9 +248,10 @@ def convert_swin(state_dict, strict=False):
     hf = HF_BACKBONE if any(k.startswith('hidden_states_norms.') for k in keys) else HF
     try:
         return convert_state_dict(state_dict, [official, hf, MMSEG], 'Swin', strict)
-    except ValueError as e:
-        if 'match no known layout' in str(e) and any(k.startswith('backbone.') for k in keys):
-            raise ValueError(f"{e}. These keys start with 'backbone.': a whole model's "
-                             f"checkpoint; load its backbone with init_cfg=dict(type='Pretrained', "
-                             f"checkpoint=..., prefix='backbone.')") from None
+    except UnknownLayoutError as e:
+        if any(k.startswith('backbone.') for k in keys):
+            raise UnknownLayoutError(
+                f"{e}. These keys start with 'backbone.': a whole model's checkpoint; load its "
+                f"backbone with init_cfg=dict(type='Pretrained', checkpoint=..., "
+                f"prefix='backbone.')") from None
         raise

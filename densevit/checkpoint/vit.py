@@ -29,7 +29,8 @@ Layouts recognised from the keys:
   layout (``layers.N.attention.{q,k,v,o}_proj``, ``mlp.fc1/fc2``). q, k and v
   ([D, D] each) are concatenated into ``qkv`` ([3D, D], q-k-v order). HF ViT's
   LayerNorm eps is 1e-12: the layout's options set ``layer_norm_eps=1e-12`` on the
-  backbone (``VisionTransformer.checkpoint_options``; timm and mmseg: 1e-6).
+  backbone (``Layout.options``, compared with ``VisionTransformer.layer_norm_eps``; timm and
+  mmseg: 1e-6).
   ``ViTMAEModel`` has exactly these keys; ``ViTMAEForPreTraining`` (layout ``Hugging
   Face ViTMAE``) has them under ``vit.`` and its decoder under ``decoder.``
   (``decoder_embed``, ``mask_token``, ``decoder_pos_embed``, ``decoder_layers.N.*``,
@@ -91,7 +92,7 @@ import re
 from mmengine.logging import print_log
 
 from .layout import Layout, convert_state_dict
-from .load import CheckpointMismatchError
+from .match import CheckpointMismatchError
 
 _BLOCK_PARTS = r'(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)'
 
@@ -273,7 +274,7 @@ def convert_mae(state_dict, strict=False):
     out = convert_vit(state_dict, strict=strict)
     if out.layout not in {lay.name for lay in MAE_LAYOUTS}:
         raise ValueError(f'not an MAE checkpoint: its keys are in the {out.layout} layout; '
-                         f'convert it with tools/convert/vit.py')
+                         f'convert it with tools/convert/checkpoint.py')
     return out
 
 
@@ -314,15 +315,17 @@ def check_vit_size(module, state_dict, source, what='a checkpoint'):
 def checkpoint_grid(path, prefix=None):
     """The patch grid (h, w) of a ViT checkpoint's position table (square tables only).
 
-    Reads the file (safely), converts its layout and takes ``pos_embed.weight``
+    Maps the file (safely; tensors not read), converts its layout and takes ``pos_embed.weight``
     ([1, extra + h*w, D]) less the class / distillation token rows.
 
     Raises:
         ValueError: no position table, or one whose grid is not square (give
             ``pos_grid=(h, w)`` instead).
     """
-    from .load import read_checkpoint, select_prefix
-    state_dict = convert_vit(select_prefix(read_checkpoint(path), prefix))
+    from .read import flatten_checkpoint, load_checkpoint_safely, select_prefix
+    # memory-mapped: the build reads the table's shape, not the weights (init_weights does)
+    obj = load_checkpoint_safely(path, mmap=not str(path).endswith('.safetensors'))
+    state_dict = convert_vit(select_prefix(flatten_checkpoint(obj, str(path)), prefix))
     table = state_dict.get('pos_embed.weight')
     if table is None:
         raise ValueError(f'{path}: no position table (pos_embed) to take pos_grid from')

@@ -13,8 +13,11 @@ allowed; suffixes set by ``img_suffix`` / ``seg_map_suffix``).
 import os
 import os.path as osp
 
+from mmengine import fileio
 from mmengine.dataset import BaseDataset
 
+from densevit.datasets.transforms.loading import DataError
+from densevit.datasets.transforms.seg_loading import decode_label_map
 from densevit.datasets.unreadable import SkipUnreadableMixin
 from densevit.registry import DATASETS
 from densevit.utils.defaults import DEFAULT, resolve_default
@@ -56,7 +59,10 @@ class SegFolderDataset(SkipUnreadableMixin, BaseDataset):
             lazy_init, indices, serialize_data, max_refetch).
 
     Raises FileNotFoundError naming a missing folder, or the images whose label map
-    is missing (how many, and the first few).
+    is missing (how many, and the first few); DataError (a ValueError) when the first
+    label map is not one class index per pixel (e.g. a colour-coded RGB map), so a
+    wrongly exported set stops when it is loaded. Every other map is checked when first
+    used (``LoadSegAnnotations``), all of them by tools/dataset/check.py.
     """
 
     METAINFO = dict(classes=None, palette=None)
@@ -110,7 +116,7 @@ class SegFolderDataset(SkipUnreadableMixin, BaseDataset):
         seg_dir = self._folder('seg_map_path', 'label map')
         names = self._image_names(img_dir)
         if not names:
-            raise ValueError(f'no *{self.img_suffix} images in {img_dir}')
+            raise DataError(f'no *{self.img_suffix} images in {img_dir}')
         data_list, missing = [], []
         for name in names:
             seg_path = osp.join(seg_dir, name + self.seg_map_suffix)
@@ -125,4 +131,6 @@ class SegFolderDataset(SkipUnreadableMixin, BaseDataset):
                 f'{len(missing)} of {len(names)} images in {img_dir} have no label map '
                 f'<name>{self.seg_map_suffix} in {seg_dir}; first: '
                 + ', '.join(missing[:SHOW_FIRST]))
+        first = data_list[0]['seg_map_path']
+        decode_label_map(fileio.get(first), first)
         return data_list

@@ -44,8 +44,8 @@ class SkipUnreadableMixin:
     def __getitem__(self, idx):
         try:
             data = super().__getitem__(idx)
-        except Exception as e:  # mmengine's bare Exception after max_refetch misses
-            if not (self._skipped and str(e).startswith('Cannot find valid image')):
+        except Exception as e:  # mmengine raises a bare Exception after max_refetch misses
+            if not (self._skipped and type(e) is Exception):
                 raise
             lines, self._skipped = self._skipped, []
             raise IMAGE_ERRORS[0](

@@ -5,17 +5,19 @@ record ``img_shape``) and post-processing (``EncoderDecoder.postprocess``,
 ``DETR.postprocess``), and replaces only the network by an exported graph, so that
 ``test_step`` (mmengine's contract: data preprocessor, then ``forward(mode='predict')``)
 fills the same ``DataSample`` fields and a Runner's dataset, pipeline and metric are
-unchanged.
+unchanged. Like the PyTorch models, ``test_step`` runs each group of same-size images of
+a batch on its own (``densevit/models/size_groups.py``).
 """
 from mmengine.model import BaseModel
 
 from densevit.models.segmentors.sliding_window import slide_logits
+from densevit.models.size_groups import SizeGroupedPredict
 
 from .graphs import task_of
 from .runtime import OnnxGraph
 
 
-class OnnxRuntimeModel(BaseModel):
+class OnnxRuntimeModel(SizeGroupedPredict, BaseModel):
     """``model`` with its network replaced by the ONNX graph in ``onnx_file``.
 
     Args:

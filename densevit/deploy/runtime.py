@@ -43,6 +43,40 @@ def check_onnx_file(path, task):
                              f'graphs need opset >= {MIN_OPSET} (re-export with --opset)')
 
 
+def batch_sizes(batch_size, num_images, drop_last=False):
+    """The distinct batch sizes a data loader of ``batch_size`` gives for ``num_images``:
+    the full batches' and the last, smaller one's (unless ``drop_last``)."""
+    sizes = {batch_size} if num_images >= batch_size else set()
+    if num_images % batch_size and not drop_last:
+        sizes.add(num_images % batch_size)
+    return sorted(sizes)
+
+
+def check_fixed_batch(graph, batch_size, num_images, drop_last=False):
+    """Raise :class:`OnnxGraphError` when ``graph`` (an :class:`OnnxGraph`), exported with a
+    fixed batch (``export_onnx.py`` without ``--dynamic``), cannot take every batch of a
+    test data loader of ``batch_size`` over ``num_images`` images: ONNX Runtime would
+    otherwise stop with a shape error at the first batch of another size, often the
+    last, smaller one, after the others have run. A dynamic batch passes."""
+    shape = graph.session.get_inputs()[0].shape
+    fixed = shape[0] if shape and isinstance(shape[0], int) else None
+    if fixed is None:
+        return
+    bad = [b for b in batch_sizes(batch_size, num_images, drop_last) if b != fixed]
+    if not bad:
+        return
+    which = ('the last batch' if bad == [num_images % batch_size] and num_images > batch_size
+             else 'a batch')
+    hint = (f' or set test_dataloader.batch_size={fixed}' if num_images % fixed == 0 else
+            f' (test_dataloader.batch_size={fixed} would leave a last batch of '
+            f'{num_images % fixed})')
+    raise OnnxGraphError(
+        f'densevit.deploy: {graph.path} was exported with the fixed input shape {shape} '
+        f'(batch {fixed}), but {which} of the test data holds {bad[0]} image(s) '
+        f'({num_images} images in batches of {batch_size}): re-export it with '
+        f'tools/deploy/export_onnx.py CONFIG CHECKPOINT --out {graph.path} --dynamic{hint}')
+
+
 class OnnxGraph:
     """An ONNX Runtime session on a checked densevit graph, called like the PyTorch graph.
 
@@ -61,7 +95,7 @@ class OnnxGraph:
         # ONNX Runtime's idle workers otherwise spin for a while after each run, taking
         # the cores from the PyTorch post-processing (and data loading) that comes next
         options.add_session_config_entry('session.intra_op.allow_spinning', '0')
-        self.task = task
+        self.path, self.task = str(path), task
         self.input_names, self.output_names = EXPECTED[task]
         self.session = ort.InferenceSession(str(path), options, providers=list(providers))
 

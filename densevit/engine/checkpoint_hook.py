@@ -21,7 +21,7 @@ mmengine's behaviour.
 Loading goes the safe way too: importing this module (the registry does when a
 runner in scope ``densevit`` builds its hooks, before it loads ``load_from`` or
 resumes) routes mmengine's local checkpoint reads through
-:func:`densevit.checkpoint.safe_load.load_checkpoint_safely` (``weights_only=True``, clear
+:func:`densevit.checkpoint.read.load_checkpoint_safely` (``weights_only=True``, clear
 errors for files holding pickled code or cut short).
 """
 import contextlib
@@ -34,7 +34,7 @@ from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
 
-from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
+from densevit.checkpoint.read import use_safe_checkpoint_loader
 from densevit.registry import HOOKS
 
 use_safe_checkpoint_loader()

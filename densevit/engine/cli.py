@@ -18,13 +18,18 @@ import sys
 from mmengine.config import Config, DictAction
 
 from densevit.checkpoint.model import CHECKPOINT_ERRORS
-from densevit.checkpoint.safe_load import CheckpointDownloadError
-from densevit.datasets.transforms.loading import IMAGE_ERRORS, UNREADABLE_HINT, image_error_line
+from densevit.checkpoint.read import CheckpointDownloadError
+from densevit.datasets.transforms.loading import (
+    IMAGE_ERRORS,
+    UNREADABLE_HINT,
+    DataError,
+    image_error_line,
+)
 from densevit.engine.checkpoint_hook import CheckpointSaveError
 from densevit.engine.dist_faults import PeerFailureError
 from densevit.engine.preflight import missing_inputs, misspelt_keys, unknown_types
 from densevit.engine.work_dir_lock import WorkDirInUseError
-from densevit.utils.moved import resolve_config
+from densevit.models.data_preprocessors.token_limit import ImageTooLargeError
 
 
 class ConfigError(ValueError):
@@ -78,7 +83,7 @@ def load_config(path, cfg_options=None):
     to be printed after the config's path) for a missing or broken file and for options
     that do not fit."""
     try:
-        cfg = Config.fromfile(resolve_config(path))
+        cfg = Config.fromfile(path)
     except FileNotFoundError as e:
         missing = e.filename or str(e)
         what = 'not found' if osp.abspath(missing) == osp.abspath(path) else \
@@ -130,11 +135,13 @@ def report(lines):
 
 # errors the tools print as one line, whatever part of the run raised them
 ONE_LINE_ERRORS = (*CHECKPOINT_ERRORS, CheckpointSaveError, CheckpointDownloadError,
-                   PeerFailureError, WorkDirInUseError, ConfigError)
+                   PeerFailureError, WorkDirInUseError, ConfigError, ImageTooLargeError)
 
 
 def one_line(error):
     """The line a tool prints for an error of :data:`ONE_LINE_ERRORS` or ``IMAGE_ERRORS``."""
     if isinstance(error, IMAGE_ERRORS) and not isinstance(error, ONE_LINE_ERRORS):
         return f'{image_error_line(error)}. {UNREADABLE_HINT}'
+    if isinstance(error, DataError):  # a DataLoader worker's copy carries its traceback
+        return image_error_line(error)
     return str(error)

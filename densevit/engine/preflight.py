@@ -97,13 +97,13 @@ def misspelt_keys(cfg, cutoff=0.85):
 
 def _registry_names():
     """Every name a config's ``type`` can take in scope densevit: densevit's registries,
-    their mmengine parents and those parents' other children (mmcv's transforms), and
-    the position-embedding family's type names (not a registry)."""
+    their mmengine parents and those parents' other children (mmcv's transforms), the
+    position-embedding family's type names and TTA's ``nms`` (not registries)."""
     from mmengine.registry import Registry
 
     import densevit.registry as registries
     from densevit.models.layers.pos_embed_builder import POSITION_EMBEDDING_TYPES
-    names = set(POSITION_EMBEDDING_TYPES)
+    names = set(POSITION_EMBEDDING_TYPES) | {'nms'}  # nms: a TTA model's tta_cfg.nms.type
     for registry in vars(registries).values():
         if not isinstance(registry, Registry):
             continue

@@ -12,7 +12,7 @@ file is ``load_from``, which the message says.
 """
 from mmengine.model import is_model_wrapper
 
-from densevit.checkpoint.load import CheckpointMismatchError
+from densevit.checkpoint.match import CheckpointMismatchError
 
 _SHOW = 5
 

@@ -16,7 +16,7 @@ import torch
 from mmengine.runner import Runner as MMEngineRunner
 
 import densevit
-from densevit.checkpoint.safe_load import use_safe_checkpoint_loader
+from densevit.checkpoint.read import use_safe_checkpoint_loader
 
 use_safe_checkpoint_loader()  # every path and URL mmengine loads: weights_only=True
 
@@ -27,7 +27,8 @@ _FILE_ONLY = ('Hooks will be executed in the following order',
 _DROP = ('"FileClient" will be deprecated',
          '"HardDiskBackend" is the alias of',
          'The prefix is not set in metric class',
-         'Distributed training is not used, all SyncBatchNorm')
+         'Distributed training is not used, all SyncBatchNorm',
+         'Loads checkpoint by ')  # densevit logs what it loaded, with counts
 
 
 class _Drop(logging.Filter):
@@ -155,7 +156,7 @@ class Runner(MMEngineRunner):
         """mmengine's ``resume``, after checking strictly that the checkpoint continues this
         run: the same tensors and shapes, the same optimizer groups
         (``engine/resume_check.py``); a changed model is refused before anything loads."""
-        from densevit.checkpoint.safe_load import load_checkpoint_safely
+        from densevit.checkpoint.read import load_checkpoint_safely
         from densevit.engine.resume_check import check_resume
         check_resume(self, load_checkpoint_safely(filename, mmap=True), filename,
                      resume_optimizer)
@@ -184,7 +185,7 @@ def newest_intact_checkpoint(work_dir, logger):
     import glob
     import re
 
-    from densevit.checkpoint.safe_load import CorruptCheckpointError, load_checkpoint_safely
+    from densevit.checkpoint.read import CorruptCheckpointError, load_checkpoint_safely
     from densevit.engine.checkpoint_hook import read_last_checkpoint
     latest = read_last_checkpoint(work_dir)
 

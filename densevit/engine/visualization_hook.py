@@ -3,7 +3,6 @@ import os.path as osp
 
 import mmcv
 import torch
-from mmengine.fileio import get
 from mmengine.hooks import Hook
 from mmengine.utils import mkdir_or_exist
 from mmengine.visualization import Visualizer
@@ -39,9 +38,17 @@ def gt_in_original_image(data_sample):
     return sample
 
 
-@HOOKS.register_module()
-class DetVisualizationHook(Hook):
-    """Draw gt | pred boxes of validation and test images.
+@HOOKS.register_module(name=['PredictionVisualizationHook', 'DetVisualizationHook',
+                             'SegVisualizationHook'])
+class PredictionVisualizationHook(Hook):
+    """Draw gt | pred of validation and test images: boxes or class maps, whichever the
+    runner's visualizer draws (``DetLocalVisualizer``, ``SegLocalVisualizer``).
+
+    Registered also as ``DetVisualizationHook`` and ``SegVisualizationHook``, the names
+    MMDetection and MMSegmentation configs use; the hook itself is the same for both
+    tasks: which images, when, where the PNGs go, how the original image is read.
+    Segmentation ground truth needs no mapping back (the test pipeline keeps label maps
+    at the original size); ``score_thr`` applies to boxes only.
 
     Validation: the first image of every ``interval``-th batch goes to the vis
     backends. Test: every image, written to ``test_out_dir`` when given (relative
@@ -78,9 +85,12 @@ class DetVisualizationHook(Hook):
         resized to ``ori_shape`` and taken as BGR like LoadImageFromFile's output.
         """
         img_path = data_sample.metainfo.get('img_path')
-        if img_path is not None:
-            return mmcv.imfrombytes(get(img_path, backend_args=self.backend_args),
-                                    channel_order='rgb')
+        if img_path is not None:  # in the frame training used (EXIF: see LoadImage)
+            from densevit.datasets.transforms.loading import LoadImage
+            h, w = data_sample.metainfo.get('ori_shape', (None, None))[:2]
+            loaded = LoadImage(backend_args=self.backend_args)(
+                dict(img_path=img_path, width=w, height=h))
+            return loaded['img'][..., ::-1]
         img = data_batch['inputs'][index].permute(1, 2, 0).cpu().numpy()
         if 'ori_shape' in data_sample.metainfo:
             h, w = data_sample.metainfo['ori_shape'][:2]

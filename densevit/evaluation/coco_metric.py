@@ -19,7 +19,13 @@ from mmengine.logging import print_log
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from densevit.datasets.coco import clip_coco_box
+from densevit.datasets.coco import (
+    clip_coco_box,
+    id_problems,
+    renumber_annotations,
+    repeated_ann_ids,
+)
+from densevit.datasets.transforms.loading import DataError
 from densevit.registry import METRICS
 
 # Index in COCOeval.stats of each returned metric (maxDets [1, 10, 100]).
@@ -48,9 +54,24 @@ def load_coco_gt(ann_file, drop_degenerate=False):
     ``drop_degenerate``: leave out the boxes CocoDataset drops (zero or negative
     width or height once clipped to the image, :func:`clip_coco_box`); they are
     listed in the returned COCO's ``dropped_anns``.
+
+    Repeated annotation ids are numbered 1..N in file order, as CocoDataset's
+    ``renumber_ann_ids=True`` does (pycocotools would keep one box per id, and score
+    against other boxes than training uses), with a line in the log; repeated image
+    ids raise DataError, as in CocoDataset.
     """
     with get_local_path(ann_file) as path, open(path) as f:
         dataset = json.load(f)
+    problems = id_problems(dict(images=dataset.get('images', [])), ann_file, ann_ids=False)
+    if problems:
+        raise DataError(problems[0])
+    repeated = repeated_ann_ids(dataset.get('annotations', []))
+    if repeated:
+        renumber_annotations(dataset['annotations'])
+        print_log(f'CocoMetric: {len(repeated)} annotation ids repeat in {ann_file}; its '
+                  f'{len(dataset["annotations"])} annotations are numbered 1..N in file order, '
+                  'as CocoDataset(renumber_ann_ids=True) does, so every box is scored',
+                  logger='current')
     sizes = {img['id']: (img.get('width'), img.get('height'))
              for img in dataset.get('images', [])}
     kept, dropped = [], []
@@ -90,7 +111,9 @@ class CocoMetric(BaseMetric):
     The ground truth is the file's boxes less those CocoDataset drops (zero or
     negative width or height once clipped to the image: nothing can match them);
     each evaluation logs how many boxes it counts. Boxes that only extend past
-    the image are scored as the file writes them, as pycocotools does.
+    the image are scored as the file writes them, as pycocotools does. Repeated
+    annotation ids are numbered 1..N in file order (CocoDataset's
+    ``renumber_ann_ids=True``), repeated image ids refused (:func:`load_coco_gt`).
 
     With no predictions at all, COCOeval is run on an empty result set (loadRes
     refuses empty lists), so the numbers are COCOeval's own: 0.0 where ground

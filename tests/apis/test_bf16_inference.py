@@ -33,8 +33,8 @@ def head_outputs(model, images, precision):
     """The last decoder layer's class probabilities [B, Q, K+1] and boxes [B, Q, 4]."""
     from mmengine.dataset import pseudo_collate
 
-    from densevit.apis.inference import test_pipeline
-    load, rest = test_pipeline(model.cfg)
+    from densevit.apis.inference import split_test_pipeline
+    load, rest = split_test_pipeline(model.cfg)
     data = model.data_preprocessor(pseudo_collate([rest(load(dict(img_path=str(p))))
                                                    for p in images]), False)
     with torch.no_grad(), autocast_context(precision, 'cpu'):

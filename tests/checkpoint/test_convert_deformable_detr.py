@@ -8,8 +8,8 @@ import pytest
 import torch
 from mmengine.registry import DefaultScope
 
+from densevit.checkpoint.convert import convert_model
 from densevit.checkpoint.deformable_detr import convert_deformable_detr
-from densevit.checkpoint.model import convert_model
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 

@@ -6,7 +6,8 @@ import torch
 from mmengine.registry import DefaultScope
 
 from densevit.checkpoint.detr import convert_detr
-from densevit.checkpoint.load import load_pretrained, read_checkpoint
+from densevit.checkpoint.pretrained import load_pretrained
+from densevit.checkpoint.read import read_checkpoint
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 

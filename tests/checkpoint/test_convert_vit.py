@@ -5,7 +5,9 @@ import logging
 import pytest
 import torch
 
-from densevit.checkpoint.load import load_pretrained, load_state_dict_loudly, read_checkpoint
+from densevit.checkpoint.match import load_into
+from densevit.checkpoint.pretrained import load_pretrained
+from densevit.checkpoint.read import read_checkpoint
 from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.vit import VisionTransformer
 
@@ -21,7 +23,7 @@ def _ours(img_size=32, **kwargs):
 @pytest.fixture(scope='module')
 def hf_vit(tmp_path_factory):
     transformers = pytest.importorskip('transformers')
-    # HF's own LayerNorm eps (1e-12), which the HF layout's options hand to densevit's ViT;
+    # HF's own LayerNorm eps (1e-12), which densevit's ViT is built with for these tests;
     # every tensor random (biases, norms, position table, class token)
     cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                  intermediate_size=64, image_size=32, patch_size=8,
@@ -46,10 +48,10 @@ def test_hf_vit_outputs_match(hf_vit, source):
     hf, path = hf_vit
     # the Hub file (what from_pretrained downloads) and transformers-5's own module names
     sd = read_checkpoint(path) if source == 'hub_file' else hf.state_dict()
-    ours = _ours()
-    load_state_dict_loudly(ours, sd, source, convert=lambda s: convert_vit(s, strict=True),
-                           strict=True)
-    assert ours.norm.eps == ours.blocks[0].norm1.eps == 1e-12  # the layout's options
+    ours = _ours(layer_norm_eps=1e-12)  # HF's eps, set in the config: a file never changes it
+    converted = convert_vit(sd, strict=True)
+    assert converted.options == {'layer_norm_eps': 1e-12}  # the origin's, recorded
+    load_into(ours, converted, source, strict=True)
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         (out,) = ours(x)
@@ -90,12 +92,16 @@ def test_hf_vit_other_img_size_resizes_the_table_once_with_pos_grid(hf_vit):
         _ours(pos_grid='checkpoint')
 
 
-def test_explicit_layer_norm_eps_wins_over_the_checkpoint(hf_vit, log_lines):
+@pytest.mark.parametrize('eps', [1e-5, 1e-6])  # given, and the default
+def test_the_config_eps_wins_over_the_checkpoint_with_one_line(hf_vit, log_lines, eps):
+    """A file never changes the model; the origin's other eps is named with the config's."""
     _, path = hf_vit
-    ours = _ours(layer_norm_eps=1e-5)
+    ours = _ours(layer_norm_eps=eps) if eps != 1e-6 else _ours()
     load_pretrained(ours, path, convert=convert_vit)
-    assert {m.eps for m in ours.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-5}
-    assert any('keeping layer_norm_eps=1e-05' in m and '1e-12' in m for _, m in log_lines)
+    assert {m.eps for m in ours.modules() if isinstance(m, torch.nn.LayerNorm)} == {eps}
+    (line,) = [m for lvl, m in log_lines if 'was built with' in m and lvl == logging.WARNING]
+    assert ('its origin (Hugging Face ViT) was built with layer_norm_eps=1e-12; this model keeps '
+            f'layer_norm_eps={eps} from its config') in line
 
 
 def _timm_state_dict(model):
@@ -122,10 +128,8 @@ def test_timm_layout_other_grid_loads_resized(tmp_path, log_lines):
 
 def test_init_cfg_pretrained_converts_hf_layout(hf_vit, log_lines):
     """``init_cfg=dict(type='Pretrained')`` on the ViT goes through load_pretrained."""
-    if not hasattr(VisionTransformer.init_weights, '__wrapped__'):
-        pytest.skip('vit.py: init_weights is not yet decorated with @loads_pretrained(convert_vit)')
     hf, path = hf_vit
-    model = _ours(init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = _ours(layer_norm_eps=1e-12, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     model.eval()
     x = torch.randn(1, 3, 32, 32)

@@ -1,4 +1,4 @@
-"""MAE checkpoints into densevit's ViT (issue #16, fine-tuning from MAE).
+"""MAE checkpoints into densevit's ViT (fine-tuning from MAE).
 
 - Hugging Face ``ViTMAEModel`` / ``ViTMAEForPreTraining``: every tensor random, mask ratio 0,
   the patches unshuffled by HF's own ``ids_restore``: densevit's ViT equals HF's encoder.
@@ -21,7 +21,7 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
-from densevit.checkpoint.load import CheckpointMismatchError
+from densevit.checkpoint.match import CheckpointMismatchError
 from densevit.checkpoint.vit import convert_mae, convert_vit
 from densevit.models.backbones.vit import VisionTransformer
 from densevit.registry import MODELS
@@ -115,8 +115,7 @@ def test_hf_vit_mae_outputs_match(hf_mae, tmp_path, source, log_lines):
     else:  # the file from_pretrained reads: Hub names, vit.* encoder, decoder.*
         hf_mae.save_pretrained(tmp_path)
         path = tmp_path / 'model.safetensors'
-    vit = _loaded(path)
-    assert {m.eps for m in vit.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-12}
+    vit = _loaded(path, layer_norm_eps=1e-12)  # HF's eps, in the config
     _assert_same_outputs(vit, hf_mae.vit)
     assert _no_warnings(log_lines)
     if source.startswith('ViTMAEForPreTraining'):
@@ -289,7 +288,12 @@ def test_train_tool_reports_another_width_in_one_line(tmp_path, capsys):
 def test_finetune_config_loads_an_mae_encoder_with_layer_decay(name, tmp_path, log_lines):
     cfg = Config.fromfile(str(FINETUNE / name))
     backbone = dict(cfg.model.backbone)
-    assert backbone['init_cfg']['checkpoint'] == cfg.mae_checkpoint
+    # the last checkpoint the 10,000-iteration MAE pre-training writes (its work dir is named
+    # after its config)
+    pretrain = Config.fromfile(str(FINETUNE.parent / 'mae_vit_shapes_10k.py'))
+    assert backbone['init_cfg'] == dict(
+        type='Pretrained',
+        checkpoint=f'work_dirs/mae_vit_shapes_10k/iter_{pretrain.train_cfg.max_iters}.pth')
     # an MAE checkpoint of this ViT, with a class token (MAE's ViT-B has one; the MAE
     # quickstart's, like these, none): token and position row are dropped on load
     pre = dict(backbone, init_cfg=None, with_cls_token=True)

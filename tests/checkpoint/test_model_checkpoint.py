@@ -1,5 +1,5 @@
 """Whole-model checkpoints through the public paths (``init_model``, ``tools/test.py``,
-``tools/convert/openmmlab.py``): converted on load, strict, and refused clearly when they
+``tools/convert/checkpoint.py``): converted on load, strict, and refused clearly when they
 do not fit.
 
 The foreign file is a tiny Hugging Face DETR (transformers is the reference), saved as
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from densevit.apis import init_model
-from densevit.checkpoint.load import CheckpointMismatchError, read_checkpoint
+from densevit.checkpoint.match import CheckpointMismatchError
 from densevit.checkpoint.model import describe_meta
-from densevit.checkpoint.safe_load import CorruptCheckpointError
+from densevit.checkpoint.read import CorruptCheckpointError, read_checkpoint
 from densevit.structures import DataSample
 
 from hf_references import DETR_SIZES, tiny_hf_detr
@@ -126,18 +126,19 @@ def test_describe_meta():
     assert describe_meta(None) is None
 
 
-def test_openmmlab_convert_tool(hf_detr, tmp_path):
+def test_convert_tool(hf_detr, tmp_path):
     hf, root = hf_detr
     path = _mmengine_file(hf, tmp_path / 'in.pth')
-    tool = REPO / 'tools' / 'convert' / 'openmmlab.py'
+    tool = REPO / 'tools' / 'convert' / 'checkpoint.py'
     run = subprocess.run([sys.executable, str(tool), str(path), str(tmp_path / 'out.pth')],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     n = len(hf.state_dict())
     assert f'in.pth: {n} tensors in the Hugging Face DETR layout -> ' in run.stdout
     out = torch.load(tmp_path / 'out.pth', weights_only=True)
+    assert out['meta'] == {'densevit_origin': 'Hugging Face DETR', 'densevit_options': {}}
     model = init_model(root / 'detr.py')
-    model.load_state_dict(out, strict=True)  # nothing left to convert
+    model.load_state_dict(out['state_dict'], strict=True)  # nothing left to convert
 
     partial = _mmengine_file(hf, tmp_path / 'partial.pth', {'model.extra.weight': torch.ones(1)})
     refused = subprocess.run([sys.executable, str(tool), str(partial), str(tmp_path / 'p.pth')],
@@ -156,7 +157,10 @@ def test_strict_is_not_used_for_fine_tuning(hf_detr, tmp_path, log_lines):
     model = init_model(root / 'detr.py', cfg_options={'model.bbox_head.num_classes': 7})
     report = load_model_weights(model, read_checkpoint(root / 'model.safetensors'),
                                 'model.safetensors', strict=False)
-    assert report.mismatched == ['bbox_head.class_embed.weight', 'bbox_head.class_embed.bias']
+    # [K + 1, D] and [K + 1] in the file (K = 91 here), [8, D] and [8] in the model
+    assert [(k, tuple(want)) for k, _, want in report.mismatched] == [
+        ('bbox_head.class_embed.weight', (8, model.bbox_head.class_embed.in_features)),
+        ('bbox_head.class_embed.bias', (8,))]
     assert any(level == logging.WARNING and 'WRONG SHAPE' in m for level, m in log_lines)
 
 

@@ -17,8 +17,8 @@ import torch
 from mmengine.config import Config
 
 from densevit.apis import init_model
+from densevit.checkpoint.convert import convert_model
 from densevit.checkpoint.deformable_detr import convert_deformable_detr
-from densevit.checkpoint.model import convert_model
 from densevit.structures import DataSample
 
 ROOT = Path(__file__).resolve().parents[2]

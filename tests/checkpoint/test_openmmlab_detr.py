@@ -14,10 +14,10 @@ import torch
 from mmengine.config import Config
 
 from densevit.apis import inference, init_model
+from densevit.checkpoint.convert import convert_model
 from densevit.checkpoint.detr import MMDET, convert_detr
-from densevit.checkpoint.load import CheckpointMismatchError
-from densevit.checkpoint.model import convert_model
-from densevit.checkpoint.safe_load import load_checkpoint_safely
+from densevit.checkpoint.match import CheckpointMismatchError
+from densevit.checkpoint.read import load_checkpoint_safely
 from densevit.models.backbones.resnet import ResNet
 from densevit.structures import DataSample
 
@@ -100,13 +100,28 @@ def test_predictions(model, io, name):
 
 
 def test_raw_images_through_the_config_pipeline(model, io):
-    """Resize (1333, 800) keeping the ratio, normalise, pad to one batch, predict."""
+    """Resize (1333, 800) keeping the ratio, normalise, pad to one batch, predict: as mmdet
+    does, through mmengine's own (ungrouped) ``test_step``. densevit's ``inference`` then
+    predicts each size on its own (``densevit/models/size_groups.py``), as batch 1."""
+    from mmengine.dataset import pseudo_collate
+    from mmengine.model import BaseModel
+    from mmengine.registry import DefaultScope
+
+    from densevit.apis.inference import _prepare, split_test_pipeline
     images = [t.numpy() for t in io['inputs']['pipeline']['images']]
     ref = io['outputs']['pipeline']
-    results = inference(model, images, batch_size=2)
-    assert [list(r.img_shape) for r in results] == ref['img_shapes']
-    assert list(results[0].batch_input_shape) == ref['batch_input_shape']
-    _same_predictions(results, ref['pred'])
+    with DefaultScope.overwrite_default_scope('densevit'), torch.no_grad():
+        load, rest = split_test_pipeline(model.cfg)
+        batch = pseudo_collate([_prepare(x, load, rest) for x in images])
+        padded = BaseModel.test_step(model, batch)
+    assert [list(r.img_shape) for r in padded] == ref['img_shapes']
+    assert list(padded[0].batch_input_shape) == ref['batch_input_shape']
+    _same_predictions(padded, ref['pred'])
+    grouped = inference(model, images, batch_size=2)
+    for image, result in zip(images, grouped, strict=True):
+        alone = inference(model, image)
+        assert torch.equal(result.pred_instances.labels, alone.pred_instances.labels)
+        torch.testing.assert_close(result.pred_instances.bboxes, alone.pred_instances.bboxes)
 
 
 def test_backbone_maps(model, io):

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from densevit.apis import init_model
+from densevit.checkpoint.convert import convert_model, model_layouts
 from densevit.checkpoint.mit import convert_mit
-from densevit.checkpoint.model import convert_model, load_model_weights, model_layouts
+from densevit.checkpoint.model import load_model_weights
 from densevit.models.backbones.mit import MixVisionTransformer
 from densevit.structures import DataSample
 
@@ -67,7 +68,7 @@ def _max_diff(a, b):
 def test_whole_model_matches_mmseg(model, io, case):
     ref = io['outputs'][case]
     x, samples = _inputs(io, case)
-    assert model.backbone.layer_norm_eps['block'] == 1e-6  # mmseg's eps, from the layout
+    assert set(model.backbone.layer_norm_eps.values()) == {1e-6}  # mmseg's, from the config
     with torch.no_grad():
         feats = model.backbone(x)
         for r, o in zip(ref['backbone'], feats, strict=True):
@@ -88,7 +89,8 @@ def test_layout_is_recognised_as_mmseg_segformer():
     others = [lay.name for lay in model_layouts(state_dict) if lay.name != converted.layout
               and any(re.search(lay.signature, k) for k in state_dict)]
     assert others == []
-    assert converted.options == {'layer_norm_eps': 1e-6}
+    assert converted.options == {'layer_norm_eps': dict.fromkeys(
+        ('patch_embed', 'sr', 'block', 'stage'), 1e-6)}
     # no other backbone layout claims the encoder
     assert convert_mit(state_dict).layout == 'MMSegmentation MiT'
 
@@ -125,3 +127,31 @@ def test_fuse_blocks_in_mmseg_order_fail(io):
     with torch.no_grad():
         out = bad.eval().predict(x, samples)[0].seg_logits.data
     assert _max_diff(io['outputs']['other']['seg_logits'][0], out) > 1e-2
+
+
+@pytest.mark.parametrize('eps', [1e-6, None])  # mmseg's (the config's default), the official mix
+def test_a_converted_file_loads_into_the_same_model_as_its_origin(io, tmp_path, log_lines, eps):
+    """The mmseg file through ``tools/convert/checkpoint.py``, then loaded, gives the model the
+    mmseg file itself gives: its meta records mmseg's eps, so with the config's mmseg eps both
+    reproduce mmseg, and with another eps both keep the config's and say so in one line."""
+    out = tmp_path / 'converted.pth'
+    from tiny_run import load_tool
+    assert load_tool('tools/convert/checkpoint.py').main([str(CKPT), str(out)]) == 0
+    assert torch.load(out, weights_only=True)['meta']['densevit_origin'] == \
+        'MMSegmentation SegFormer'
+    options = {**TINY, 'model.backbone.layer_norm_eps': eps}
+    x, samples = _inputs(io, 'other')
+    logits = []
+    for path in (CKPT, out):
+        model = init_model(CONFIG, path, cfg_options=options)
+        with torch.no_grad():
+            logits.append(model.predict(x, samples)[0].seg_logits.data)
+    assert torch.equal(logits[0], logits[1])
+    ref = io['outputs']['other']['seg_logits'][0]
+    warned = [m for _, m in log_lines if 'was built with layer_norm_eps' in m]
+    if eps == 1e-6:
+        assert _max_diff(ref, logits[1]) <= TOL and not warned
+    else:  # before the meta, only the raw file's load said so (the converted one was silent)
+        assert len(warned) == 2 and all(
+            'its origin (MMSegmentation SegFormer) was built with layer_norm_eps=' in m
+            for m in warned)

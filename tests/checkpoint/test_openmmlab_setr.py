@@ -9,6 +9,8 @@ whole patches (padded inside the ViT, as mmseg's ``patch_pad='corner'``).
 """
 import copy
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,13 @@ import torch
 from mmengine.config import Config
 
 from densevit.apis import init_model
-from densevit.checkpoint.load import load_state_dict_loudly, read_checkpoint
-from densevit.checkpoint.model import convert_model
+from densevit.checkpoint.convert import convert_model
+from densevit.checkpoint.match import load_into
+from densevit.checkpoint.read import read_checkpoint
 from densevit.models.backbones.vit import VisionTransformer
 
 FIXTURES = Path(__file__).parent / 'fixtures'
+CONVERT_TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'convert' / 'checkpoint.py'
 ATOL = 1e-4
 BN = dict(type='BN', requires_grad=True)
 ARCH = dict(embed_dims=32, num_layers=4, num_heads=4, feedforward_channels=32)
@@ -185,7 +189,7 @@ def test_loading_reports_a_partial_setr_file():
     sd['decode_head.extra_conv.weight'] = torch.zeros(1)
     model = init_model(_config('mmseg_setr_naive'))
     with pytest.raises(ValueError, match=r'SETR \(Naive / PUP\) layout.*decode_head\.extra_conv'):
-        load_state_dict_loudly(model, convert_model(sd), 'partial.pth', strict=True)
+        load_into(model, convert_model(sd), "partial.pth", strict=True)
 
 
 def test_sliding_window_logits_match_mmseg():
@@ -213,3 +217,44 @@ def test_single_auxiliary_head_without_index(tmp_path):
     io = torch.load(FIXTURES / 'mmseg_setr_naive_io.pth', weights_only=True)
     ours = _outputs(model, io['inputs']['other'])
     assert _max_diff(ours['aux'][0], io['outputs']['other']['aux'][0]) <= ATOL
+
+
+def _mla_aux_heads_of_the_zoo_config():
+    """mmseg's auxiliary heads in the MLA fixture, as its meta's config records them: the
+    ADE20K zoo config's four ``FCNHead(num_convs=0)``, head J on MLA output J (J = 0..3)."""
+    meta = torch.load(FIXTURES / 'mmseg_setr_mla.pth', weights_only=True)['meta']
+    heads = Config.fromstring(meta['cfg'], '.py').model.auxiliary_head
+    assert [(h.type, h.in_index, h.num_convs, h.concat_input) for h in heads] == [
+        ('FCNHead', j, 0, False) for j in range(4)]
+    return heads
+
+
+@pytest.mark.parametrize('path', ['init_model', 'convert'])
+def test_every_mla_auxiliary_head_matches_mmseg(path, tmp_path):
+    """Each of the four MLA auxiliary heads (mmseg's head J on MLA output J, deepest first)
+    equals mmseg's, head by head, loaded from the mmseg file (``init_model``) and from the
+    file ``tools/convert/checkpoint.py`` writes from it (``convert``)."""
+    heads = _mla_aux_heads_of_the_zoo_config()
+    src, io = _fixture('mmseg_setr_mla')
+    if path == 'convert':
+        out = tmp_path / 'setr_mla.pth'
+        run = subprocess.run([sys.executable, str(CONVERT_TOOL), str(src), str(out)],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert 'MMSegmentation SETR-MLA layout' in run.stdout
+        src = out
+    model = init_model(_config('mmseg_setr_mla'), str(src))
+    n = len(heads)
+    assert len(model.auxiliary_head) == n
+    for key in io['outputs']:
+        with torch.no_grad():
+            neck = _outputs(model, io['inputs'][key])['neck']
+        for j in range(n):
+            # mmseg's output J is densevit's level N-1-J, read by densevit's head N-1-J
+            ours = model.auxiliary_head[n - 1 - j]
+            assert ours.in_index == n - 1 - j
+            with torch.no_grad():
+                logits = ours(neck)
+            ref = io['outputs'][key]['aux'][j]
+            assert _max_diff(logits, ref) <= ATOL, (path, key, f'mmseg auxiliary head {j}')
+            assert torch.equal(logits.argmax(1), ref.argmax(1)), (path, key, j)

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from densevit.checkpoint import swin as swin_ckpt
-from densevit.checkpoint.load import load_pretrained, read_checkpoint, select_prefix
 from densevit.checkpoint.mit import convert_mit
+from densevit.checkpoint.pretrained import load_pretrained
+from densevit.checkpoint.read import read_checkpoint, select_prefix
 from densevit.checkpoint.swin import convert_swin
 from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.swin import SwinTransformer
@@ -105,13 +106,13 @@ def test_unfold_order_is_what_makes_the_maps_match(monkeypatch):
 
 
 def test_config_always_shift_wins_and_matters(log_lines):
-    """An explicit always_shift=False is kept (logged); mmseg's maps then differ where a
+    """An explicit always_shift=False is kept (one line names mmseg's True); mmseg's maps then differ where a
     stage's map is no larger than the 7x7 window (second stages: 5x7, 7x7, 4x4) and
     nowhere else (first stages: 10x13, 14x14, 8x8)."""
     model = _model('mmseg_upernet_swin', always_shift=False)
     model.init_weights()
     assert not model.always_shift
-    assert any('keeping always_shift=False' in m for _, m in log_lines)
+    assert any('this model keeps always_shift=False from its config' in m for _, m in log_lines)
     io = torch.load(FIXTURES / 'mmseg_upernet_swin_io.pth', weights_only=True)
     diffs = _max_diff(model.eval(), io)
     assert max(d for k, d in diffs.items() if k.endswith('/0')) <= TOL
@@ -146,3 +147,20 @@ def test_whole_model_file_without_prefix_says_how():
         type='Pretrained', checkpoint=str(FIXTURES / 'mmseg_upernet_swin.pth')))
     with pytest.raises(ValueError, match=r"prefix='backbone\.'"):
         model.init_weights()
+
+
+def test_an_mmseg_swin_under_backbone_prefix_converts(tmp_path, log_lines):
+    """A segmentor file whose heads densevit does not have (UperNet), or an mmpretrain
+    classifier, holds its Swin under ``backbone.``: the converter takes the backbone
+    (it used to refuse: "the keys match no known whole-model or backbone layout")."""
+    from tiny_run import load_tool
+    out = tmp_path / 'swin.pth'
+    assert load_tool('tools/convert/checkpoint.py').main(
+        [str(FIXTURES / 'mmseg_upernet_swin.pth'), str(out)]) == 0
+    assert any("converted the backbone under 'backbone.'" in m for _, m in log_lines)
+    saved = torch.load(out, weights_only=True)
+    assert saved['meta'] == {'densevit_origin': 'MMSegmentation Swin',
+                             'densevit_options': {'always_shift': True}}
+    model = _model('mmseg_upernet_swin', init_cfg=None)
+    missing, unexpected = model.load_state_dict(saved['state_dict'], strict=False)
+    assert not unexpected and all(k.startswith('norm0.') for k in missing)  # mmseg: no norm0

@@ -149,7 +149,11 @@ def test_a_typo_or_a_broken_base_fails(tmp_path):
 
 # ---------------------------------------------------------------- detection recipes
 
-DETR_COCO = ['detr_resnet50.py', 'detr_swin-t.py', 'detr_vit.py']
+# each recipe's backbone and the ImageNet file its init_cfg loads (the config comments say
+# where to download it)
+DETR_COCO = {'detr_resnet50.py': ('ResNet', 'checkpoints/resnet50-0676ba61.pth'),
+             'detr_swin-t.py': ('SwinTransformer', 'checkpoints/swin_tiny_patch4_window7_224.pth'),
+             'detr_vit.py': ('VisionTransformer', 'checkpoints/vit-base-p16_224.pth')}
 
 
 @pytest.mark.parametrize('name', DETR_COCO)
@@ -164,7 +168,9 @@ def test_detr_coco_recipe(name):
     assert head.positional_encoding.num_feats == 128
     assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=1e-4, weight_decay=1e-4)
     assert cfg.train_cfg.max_epochs == 300 and cfg.param_scheduler[0].milestones == [200]
-    assert cfg.model.backbone.init_cfg.checkpoint == cfg.pretrained
+    backbone = cfg.model.backbone
+    assert (backbone.type, backbone.init_cfg.type, backbone.init_cfg.checkpoint) == (
+        DETR_COCO[name][0], 'Pretrained', DETR_COCO[name][1])
 
 
 def test_detr_quickstart_is_small():
@@ -309,8 +315,13 @@ def test_ade20k_pipelines_run_on_a_tiny_fixture(tmp_path):
         train = DATASETS.build(dict(cfg.train_dataloader.dataset, data_root=str(tmp_path)))
         val = DATASETS.build(dict(cfg.val_dataloader.dataset, data_root=str(tmp_path)))
         pre = MODELS.build(cfg.model.data_preprocessor)
-    sample = train[0]
-    assert max(sample['inputs'].shape[1:]) <= 512 and sample['data_samples'].flip in (True, False)
+    np.random.seed(0)  # mmcv's RandomFlip draws from numpy
+    samples = [train[0] for _ in range(16)]
+    assert all(max(s['inputs'].shape[1:]) <= 512 for s in samples)
+    # RandomFlip(prob=0.5): both outcomes among 16 draws (all alike: 2 in 65,536)
+    assert {s['data_samples'].flip for s in samples} == {True, False}
+    assert {s['data_samples'].flip_direction for s in samples if s['data_samples'].flip} == {
+        'horizontal'}
     batch = pre(pseudo_collate([train[0], train[0]]), training=True)
     assert batch['inputs'].shape == (2, 3, 512, 512)
     assert batch['data_samples'][0].gt_sem_seg.shape == (512, 512)

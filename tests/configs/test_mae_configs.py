@@ -81,10 +81,23 @@ def test_shapes_schedule_decays_to_its_last_iteration(name):
         expected = base * 0.5 * (1 + math.cos(math.pi * (t - w) / (n - w)))
         assert lrs[t] == pytest.approx(expected, rel=1e-6, abs=1e-12), t
     assert 0 < lrs[n - 1] < base * 1e-6  # the last iteration trains at almost zero
-    # the longer schedule is the quickstart's model and data, only longer
-    quick = load('mae/mae_vit_shapes_quickstart.py')
-    assert cfg.model == quick.model and cfg.train_dataloader == quick.train_dataloader
-    assert cfg.optim_wrapper == quick.optim_wrapper and warmup == quick.param_scheduler[0]
+
+
+def test_10k_schedule_is_the_quickstart_only_longer():
+    """mae_vit_shapes_10k.py differs from the quickstart in its schedule (iterations,
+    validation and checkpoint intervals, the cosine's end) and nothing else: the same model,
+    data, optimizer and warm-up."""
+    long, quick = (load(f'mae/{n}').to_dict() for n in ('mae_vit_shapes_10k.py',
+                                                       'mae_vit_shapes_quickstart.py'))
+    differ = sorted(k for k in {*long, *quick} if long.get(k) != quick.get(k))
+    assert differ == ['default_hooks', 'max_iters', 'param_scheduler', 'train_cfg']
+    assert (long['max_iters'], quick['max_iters']) == (10000, 4000)
+    assert (long['train_cfg']['val_interval'], quick['train_cfg']['val_interval']) == (1000, 500)
+    assert long['param_scheduler'][0] == quick['param_scheduler'][0]  # the warm-up
+    assert (long['param_scheduler'][1]['end'], quick['param_scheduler'][1]['end']) == (10000, 4000)
+    hooks = {k for k in {*long['default_hooks'], *quick['default_hooks']}
+             if long['default_hooks'].get(k) != quick['default_hooks'].get(k)}
+    assert hooks == {'checkpoint'}
 
 
 def test_mpp_quickstart_is_the_papers_objective():

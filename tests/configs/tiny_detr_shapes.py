@@ -15,12 +15,16 @@ model = dict(
         transformer=dict(num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                          feedforward_channels=64, dropout=0.0)))
 
+# the quickstart's test pipeline, resizing to this config's image size
+test_pipeline = [dict(step, scale=(img_size, img_size)) if step['type'] == 'Resize' else step
+                 for step in _base_.test_pipeline]
+
 train_dataloader = dict(
     batch_size=2, num_workers=0, persistent_workers=False,
     dataset=dict(generate=dict(tiny_shapes, num_images=8, seed=0)))
 val_dataloader = dict(
     batch_size=2, num_workers=0, persistent_workers=False,
-    dataset=dict(generate=dict(tiny_shapes, num_images=5, seed=1)))
+    dataset=dict(generate=dict(tiny_shapes, num_images=5, seed=1), pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
 max_iters = 4

@@ -31,10 +31,17 @@ def det_results(h=60, w=80):
                 gt_ignore_flags=np.array([False, False, True]))
 
 
-@pytest.mark.parametrize('name', ['LoadImageFromFile', 'LoadImage', 'RandomFlip', 'Resize'])
-def test_mmcv_and_own_transforms_resolve_from_densevit_scope(name):
+@pytest.mark.parametrize('name, module', [
+    ('LoadImageFromFile', 'mmcv.transforms.loading'),
+    ('LoadImage', 'densevit.datasets.transforms.loading'),
+    ('RandomFlip', 'mmcv.transforms.processing'),
+    ('Resize', 'mmcv.transforms.processing')])
+def test_mmcv_and_own_transforms_resolve_from_densevit_scope(name, module):
+    """From the densevit scope a name finds densevit's transform where it has one, else
+    mmcv's."""
     args = dict(RandomFlip=dict(prob=0.5), Resize=dict(scale=(8, 8))).get(name, {})
-    assert build(dict(type=name, **args)) is not None
+    built = build(dict(type=name, **args))
+    assert (type(built).__module__, type(built).__name__) == (module, name)
 
 
 def test_load_image_errors_name_the_file(tmp_path):

@@ -16,7 +16,22 @@ For README.md, every ``docs/*.md``, ``configs/studies/README.md`` and ``benchmar
   ``$VAR``, ``*``) are skipped. A file the same page defines (a code block whose first
   line is ``# path/to/file.py``) counts as existing: it is what the reader writes;
 - a path pattern in code under a top-level folder of the repository
-  (``tests/checkpoint/test_convert_*.py``) matches at least one file.
+  (``tests/checkpoint/test_convert_*.py``) matches at least one file;
+- every repository path in code (a code span or a code-block line) exists, as a file or a
+  folder. A repository path is a piece of code that starts, after a space, a quote, ``(``,
+  ``=`` or the start of the code, with one of the repository's top-level source folders
+  (``configs/``, ``tools/``, ``benchmarks/``, ``densevit/``, ``tests/``, ``docs/``) and runs
+  to the next space, quote, ``(``, ``)``, ``:``, ``;`` or ``,`` (a trailing ``.`` dropped):
+  ``densevit/engine/cli.py``, ``tests/faults/``, the file in
+  ``densevit/models/tta/support.py: apply_tta`` or ``tests/x.py::test_y``. ``{a,b}`` and
+  ``{0..5}`` alternatives are expanded. Not repository paths, so not checked: a path with a
+  placeholder (``*``, ``<...>``, ``$VAR``, ``[...]``, ``...``, or a word in capitals such as
+  ``NAME``, ``CONFIG`` or the ``N`` of ``iter_N.pth``; ``README`` is a name, not a
+  placeholder; a name starting with ``my_``, the reader's own file such as
+  ``densevit/datasets/my_data.py``), a path under any other folder (outputs and inputs
+  such as ``work_dirs/``, ``data/``, ``checkpoints/``), a path relative to a package
+  (``models/detr.py``) and a dotted module name (``densevit.engine.cli``). A file the page
+  defines counts as existing.
 
 Scripts that moved keep a forwarder at the old path for one release
 (``densevit/utils/moved.py``); the forwarders are files, so commands naming them pass.
@@ -44,6 +59,12 @@ DEFINES = re.compile(r'^\s*#\s*(\S+\.(?:py|sh))\s*$')
 PLACEHOLDER = re.compile(r'[<>*$\[\]]|\.\.\.')
 TOP = ('configs', 'tools', 'benchmarks', 'densevit', 'tests', 'docs')
 GLOB = re.compile(r'(?<![\w./-])((?:' + '|'.join(TOP) + r')/[\w./{},-]*\*[\w./*{},-]*)')
+REPO_PATH = re.compile(r'(?:^|(?<=[\s\'"(=]))((?:' + '|'.join(TOP) +
+                       r')/(?:[^\s\'"():;,{}]|\{[^{}\s]*\})*)')
+# a placeholder in a path: the command check's, a word in capitals (README excepted), or
+# the reader's own file (my_...)
+PATH_PLACEHOLDER = re.compile(r'[<>*$\[\]]|\.\.\.|(?<![A-Za-z])(?!README(?![A-Za-z]))[A-Z][A-Z0-9]*'
+                              r'(?![a-z])|(?<![\w-])my_')
 
 # the project's notes beside the repository (spelt in two parts so that this file itself
 # does not trip the same check in the before-stop hook)
@@ -51,12 +72,16 @@ OUTSIDE = '/'.join(('..', 'shared'))
 
 
 def expand_braces(path):
-    """``a/{b,c}.py`` -> ``['a/b.py', 'a/c.py']`` (nested and repeated groups too)."""
+    """``a/{b,c}.py`` -> ``['a/b.py', 'a/c.py']`` (nested and repeated groups too), and
+    ``b{0..2}`` -> ``b0``, ``b1``, ``b2``."""
     m = re.search(r'\{([^{}]*)\}', path)
     if not m:
         return [path]
     out = []
-    for alt in m.group(1).split(','):
+    span = re.fullmatch(r'(\d+)\.\.(\d+)', m.group(1))
+    alts = ([str(i) for i in range(int(span[1]), int(span[2]) + 1)] if span
+            else m.group(1).split(','))
+    for alt in alts:
         out += expand_braces(path[:m.start()] + alt + path[m.end():])
     return out
 
@@ -121,6 +146,27 @@ def scan(text):
     return prose, code, defined
 
 
+def repository_paths(piece):
+    """The repository paths (see the module docstring) in one piece of code, braces expanded,
+    placeholders left out."""
+    out = []
+    for m in REPO_PATH.finditer(piece):
+        for candidate in expand_braces(m.group(1).rstrip('.')):
+            if not PATH_PLACEHOLDER.search(candidate):
+                out.append(candidate)
+    return out
+
+
+def path_problems(page, no, piece, root, defined, skip=()):
+    """Messages for the repository paths of ``piece`` that do not exist (those in ``skip``,
+    which the command check reports, left out)."""
+    skipped = {c for name in skip for c in expand_braces(name)}
+    return [f'{page}:{no}: names a path that does not exist: {candidate} (in `{piece.strip()}`)'
+            for candidate in dict.fromkeys(repository_paths(piece))
+            if candidate not in skipped and candidate not in defined
+            and not (root / candidate).exists()]
+
+
 def link_problems(path, root=ROOT):
     """Messages ``page:line: what`` for everything in the page at ``path`` that does not
     resolve inside the repository at ``root``."""
@@ -157,9 +203,10 @@ def link_problems(path, root=ROOT):
         m = LEADING_SCRIPT.match(piece)
         if m and not piece.lstrip().startswith(('python', 'bash')):
             scripts.append(m.group(1))
+        args = [m.group(1) for m in ARG.finditer(piece)] if scripts else []
+        problems += path_problems(page, no, piece, root, defined, skip=scripts + args)
         if not scripts:
             continue
-        args = [m.group(1) for m in ARG.finditer(piece)]
         for name in dict.fromkeys(scripts + args):
             for candidate in expand_braces(name):
                 if PLACEHOLDER.search(candidate) or candidate in defined:
@@ -207,13 +254,20 @@ python -m pytest tests/no_such_test.py
     python benchmarks/no_such_bench.py
 
 Tests: `tools/convert/*.py` and `tests/models/test_convert_*.py`; outputs `work_dirs/curves/*`.
+Paths: `tools/train.py: main`, `tools/train.py::test`, `docs/pictures/`,
+`tests/faults/test_NAME.py`, `configs/<name>.py`, `work_dirs/x/iter_N.pth`, `data/shapes/val`,
+`configs/my_data.py`,
+`densevit.engine.no_such`, `tools/convert/{vit,swin}.py` and `(see docs/analysis.md)` exist or
+are not repository paths; `densevit/engine/no_such.py`, `docs/results/`,
+`tools/convert/{vit,nope}.py` and `tools/b{0..1}.py` do not.
 """.replace('OUTSIDE', OUTSIDE)
 
 
 def test_the_checker_catches_what_it_should(tmp_path):
-    """Stale scripts and configs, broken links, the outside folder; placeholders, URLs, anchors,
-    brace alternatives and a file the page itself defines pass."""
-    for name in ('docs/analysis.md', 'docs/pictures/ok.png', 'tools/train.py',
+    """Stale scripts and configs, broken links, the outside folder, paths in code that do not
+    exist; placeholders, URLs, anchors, brace alternatives, paths outside the repository's
+    source folders and a file the page itself defines pass."""
+    for name in ('docs/analysis.md', 'docs/pictures/ok.png', 'tools/train.py', 'tools/b0.py',
                  'tools/convert/vit.py', 'tools/convert/swin.py',
                  'tools/analysis/browse_dataset.py', 'tools/dist_train.sh',
                  'configs/quickstart/seg.py'):
@@ -236,4 +290,9 @@ def test_the_checker_catches_what_it_should(tmp_path):
     assert ('docs/probe.md:22: command names a script that does not exist: '
             'benchmarks/no_such_bench.py') in text
     assert 'docs/probe.md:24: pattern matches no file: tests/models/test_convert_*.py' in text
-    assert len(problems) == 9, text
+    assert 'docs/probe.md:19: names a path that does not exist: tests/no_such_test.py' in text
+    paths = [m.split(': names a path that does not exist: ')[1].split(' (in ')[0]
+             for m in problems if int(m.split(':')[1]) >= 25]  # the "Paths:" lines
+    assert paths == ['densevit/engine/no_such.py', 'docs/results/', 'tools/convert/nope.py',
+                     'tools/b1.py']
+    assert len(problems) == 14, text

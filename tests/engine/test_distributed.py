@@ -16,6 +16,7 @@ import torch
 
 import densevit  # noqa: F401  (allow-list for checkpoints)
 
+from tiny_checkpoints import easy_ground_truth
 from tiny_run import isolated, load_tool, run_launcher, unique_names, write_config, write_seg_config
 
 # the CPU path (gloo, CPUDistributedDataParallel); with CUDA, tools/dev/gpu_check.sh runs
@@ -54,7 +55,7 @@ def logged_metrics(work_dir):
 
 
 @pytest.fixture(scope='module')
-def det(tmp_path_factory):
+def dist_det(tmp_path_factory):
     """dist_train.sh, 2 processes, tiny DETR, 4 iterations, no validation."""
     root = tmp_path_factory.mktemp('dist_det')
     config = write_config(root, extra=PROBE)
@@ -64,7 +65,7 @@ def det(tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def seg(tmp_path_factory):
+def dist_seg(tmp_path_factory):
     """dist_train.sh, 2 processes, tiny SegFormer with SyncBN, validation at the end."""
     root = tmp_path_factory.mktemp('dist_seg')
     config = write_seg_config(root, extra=PROBE + SYNC_BN)
@@ -72,45 +73,29 @@ def seg(tmp_path_factory):
     return dict(root=root, config=config, ckpt=root / 'work' / 'iter_4.pth')
 
 
-def test_detector_ranks_end_identical(det):
-    r0, r1 = rank_states(det['root'] / 'work')
+def test_detector_ranks_end_identical(dist_det):
+    r0, r1 = rank_states(dist_det['root'] / 'work')
     assert r0['world_size'] == r1['world_size'] == 2
     assert r0['wrapper'] == 'CPUDistributedDataParallel'
     assert_same_state(r0['state_dict'], r1['state_dict'])
-    ckpt = torch.load(det['ckpt'], weights_only=True)
+    ckpt = torch.load(dist_det['ckpt'], weights_only=True)
     assert_same_state(ckpt['state_dict'], r0['state_dict'])
 
 
-def test_segmentor_ranks_end_identical_with_sync_bn(seg):
-    r0, r1 = rank_states(seg['root'] / 'work')
+def test_segmentor_ranks_end_identical_with_sync_bn(dist_seg):
+    r0, r1 = rank_states(dist_seg['root'] / 'work')
     assert 'CPUSyncBatchNorm' in r0['norm_types']
     # running statistics too: each rank normalised with the statistics of both halves
     # (plain BN would leave each rank's running_mean from its own last batch)
     assert_same_state(r0['state_dict'], r1['state_dict'])
-    ckpt = torch.load(seg['ckpt'], weights_only=True)
+    ckpt = torch.load(dist_seg['ckpt'], weights_only=True)
     assert_same_state(ckpt['state_dict'], r0['state_dict'])
 
 
-def easy_ground_truth(ann_file, dets_file, out_file, num_replaced=3):
-    """The val annotations with the boxes of the first images replaced by the model's own
-    top detection: the untrained model then scores a non-trivial AP (0 < AP < 1)."""
-    gt = json.loads(Path(ann_file).read_text())
-    dets = json.loads(Path(dets_file).read_text())
-    replaced = sorted(img['id'] for img in gt['images'])[:num_replaced]
-    anns = [a for a in gt['annotations'] if a['image_id'] not in replaced]
-    for img_id in replaced:
-        best = max((d for d in dets if d['image_id'] == img_id), key=lambda d: d['score'])
-        x, y, w, h = best['bbox']
-        anns.append(dict(id=10_000 + img_id, image_id=img_id, category_id=best['category_id'],
-                         bbox=[x, y, w, h], area=w * h, iscrowd=0))
-    gt['annotations'] = anns
-    Path(out_file).write_text(json.dumps(gt))
-
-
-def test_dist_test_scores_as_one_process(det):
-    root, test_tool = det['root'], load_tool('tools/test.py')
+def test_dist_test_scores_as_one_process(dist_det):
+    root, test_tool = dist_det['root'], load_tool('tools/test.py')
     with isolated():
-        assert test_tool.main([det['config'], str(det['ckpt']), '--work-dir', str(root / 't0'),
+        assert test_tool.main([dist_det['config'], str(dist_det['ckpt']), '--work-dir', str(root / 't0'),
                                '--cfg-options', f'test_evaluator.outfile_prefix={root}/single',
                                *unique_names()]) == 0
     easy = root / 'easy_val.json'
@@ -118,9 +103,9 @@ def test_dist_test_scores_as_one_process(det):
                       easy)
     options = ['--cfg-options', f'test_evaluator.ann_file={easy}']
     with isolated():
-        assert test_tool.main([det['config'], str(det['ckpt']), '--work-dir', str(root / 't1'),
+        assert test_tool.main([dist_det['config'], str(dist_det['ckpt']), '--work-dir', str(root / 't1'),
                                '--out', str(root / 'single.pkl'), *options, *unique_names()]) == 0
-    run_launcher('dist_test.sh', det['config'], det['ckpt'], 2, '--work-dir', root / 't2',
+    run_launcher('dist_test.sh', dist_det['config'], dist_det['ckpt'], 2, '--work-dir', root / 't2',
                  '--out', root / 'dist.pkl', *options, cwd=root)
 
     single, dist = logged_metrics(root / 't1'), logged_metrics(root / 't2')
@@ -139,12 +124,12 @@ def test_dist_test_scores_as_one_process(det):
         torch.testing.assert_close(b['pred_instances']['scores'], a['pred_instances']['scores'])
 
 
-def test_segmentor_dist_val_and_dist_test_score_as_one_process(seg):
-    root, test_tool = seg['root'], load_tool('tools/test.py')
+def test_segmentor_dist_val_and_dist_test_score_as_one_process(dist_seg):
+    root, test_tool = dist_seg['root'], load_tool('tools/test.py')
     with isolated():  # one process: the config's SyncBN becomes BN (no process group)
-        assert test_tool.main([seg['config'], str(seg['ckpt']), '--work-dir', str(root / 't1'),
+        assert test_tool.main([dist_seg['config'], str(dist_seg['ckpt']), '--work-dir', str(root / 't1'),
                                *['--cfg-options', *unique_names()]]) == 0
-    run_launcher('dist_test.sh', seg['config'], seg['ckpt'], 2, '--work-dir', root / 't2',
+    run_launcher('dist_test.sh', dist_seg['config'], dist_seg['ckpt'], 2, '--work-dir', root / 't2',
                  cwd=root)
     single, dist = logged_metrics(root / 't1'), logged_metrics(root / 't2')
     # the validation the 2-process training ran at its last iteration, same weights

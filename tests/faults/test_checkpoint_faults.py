@@ -21,7 +21,7 @@ import torch
 from mmengine.fileio import LocalBackend
 
 import densevit  # noqa: F401  (allow-list for checkpoints)
-from densevit.checkpoint.safe_load import UnsafeCheckpointError, load_checkpoint_safely
+from densevit.checkpoint.read import UnsafeCheckpointError, load_checkpoint_safely
 from densevit.engine.checkpoint_hook import read_last_checkpoint
 
 from tiny_checkpoints import trained_checkpoint
@@ -185,13 +185,13 @@ def test_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 1 and 'arbitrary code' in err and 'Traceback' not in err  # one line
     from densevit.apis import init_model
-    from densevit.checkpoint.load import read_checkpoint
+    from densevit.checkpoint.read import read_checkpoint
     with pytest.raises(UnsafeCheckpointError):
         init_model(config, evil)
     # init_cfg Pretrained and the converters read through read_checkpoint: the same answer
     with pytest.raises(UnsafeCheckpointError, match=r'^the global posix\.system'):
         read_checkpoint(evil)
-    convert = subprocess.run([sys.executable, str(REPO / 'tools/convert/vit.py'), str(evil),
+    convert = subprocess.run([sys.executable, str(REPO / 'tools/convert/checkpoint.py'), str(evil),
                               str(tmp_path / 'out.pth')], capture_output=True, text=True)
     assert convert.returncode == 1 and 'the global posix.system: refusing' in convert.stderr
     assert 'weights_only=False' not in convert.stderr

@@ -1,4 +1,4 @@
-"""Config mistakes that would otherwise be ignored silently (issue #14, item 2)."""
+"""Config mistakes that would otherwise be ignored silently."""
 import pytest
 
 from tiny_run import load_tool, write_config

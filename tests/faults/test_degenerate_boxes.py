@@ -1,4 +1,4 @@
-"""Degenerate boxes (issue #14, item 8): the dataset and the COCO metric count the same boxes.
+"""Degenerate boxes: the dataset and the COCO metric count the same boxes.
 
 A box with zero or negative width or height (after clipping to its image) is
 dropped by CocoDataset; CocoMetric leaves it out of the ground truth too, so

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import densevit  # noqa: F401  (allow-list for checkpoints)
-from densevit.checkpoint.safe_load import load_checkpoint_safely
+from densevit.checkpoint.read import load_checkpoint_safely
 from densevit.engine.checkpoint_hook import read_last_checkpoint
 from densevit.engine.dist_faults import TIMEOUT_ENV, collective_timeout
 

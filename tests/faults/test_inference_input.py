@@ -1,4 +1,5 @@
-"""Arrays that inference() takes or refuses, as documented (issue #14, item 3)."""
+"""Arrays that inference() takes or refuses, as documented, and a folder,
+refused saying how to run one."""
 
 import cv2
 import numpy as np
@@ -8,6 +9,7 @@ import torch
 from densevit.apis import inference, init_model
 
 from tiny_checkpoints import val_images
+from tiny_run import TINY_CONFIG
 
 
 def test_gray_bgra_and_float_arrays(det):
@@ -30,3 +32,19 @@ def test_gray_bgra_and_float_arrays(det):
         inference(model, np.zeros((2, 8, 8, 3), np.uint8))
     with pytest.raises(ValueError, match='got uint16'):
         inference(model, gray.astype(np.uint16))
+
+
+def test_a_folder_is_refused_saying_how_to_run_one(tmp_path):
+    """inference() on a folder: one line naming it, not mmengine's bare IsADirectoryError."""
+    model = init_model(TINY_CONFIG)  # random weights: nothing is predicted
+    folder = tmp_path / 'images'
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        inference(model, folder)
+    message = str(info.value)
+    assert message.startswith(f'inference: {folder} is a folder; inference() takes an image '
+                              '(a file path or an array) or a list of them') and '\n' not in message
+    assert f"sorted(glob.glob('{folder}/*.png'))" in message
+    assert f'tools/demo.py {folder} CONFIG CHECKPOINT --out-dir OUT' in message
+    with pytest.raises(IsADirectoryError, match='is a folder'):
+        inference(model, [str(folder)])  # also inside a list

@@ -1,4 +1,4 @@
-"""Missing or corrupt images (issue #14, item 7).
+"""Missing or corrupt images.
 
 - By default the first unreadable image stops training (or testing) with one line
   naming it, also when a DataLoader worker met it: no worker traceback.

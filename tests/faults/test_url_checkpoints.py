@@ -14,7 +14,7 @@ import torch
 
 import densevit  # noqa: F401  (allow-list for checkpoints)
 import densevit.engine.runner  # noqa: F401  (installs the safe loader into mmengine)
-from densevit.checkpoint.safe_load import (
+from densevit.checkpoint.read import (
     CheckpointDownloadError,
     UnsafeCheckpointError,
     cached_url_path,
@@ -70,7 +70,7 @@ def test_url_checkpoint_with_pickled_code_is_refused_everywhere(hub, tmp_path, c
         CheckpointLoader.load_checkpoint(f'open-mmlab://{name}')
     # densevit's init_cfg Pretrained and init_model
     from densevit.apis import init_model
-    from densevit.checkpoint.load import read_checkpoint
+    from densevit.checkpoint.read import read_checkpoint
     with pytest.raises(UnsafeCheckpointError):
         read_checkpoint(URL)
     config = write_config(tmp_path)

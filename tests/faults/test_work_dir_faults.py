@@ -59,6 +59,13 @@ def test_a_work_dir_in_use_is_refused_naming_the_other_run(train_tool, tmp_path,
     first = _train_process(config, work, 'train_cfg.max_iters=400')
     try:
         _wait_for(work / LOCK_NAME, first)
+        deadline = time.time() + 240  # the first run's resolved config, dumped by its Runner
+        while not list(work.glob('*.py')):
+            assert first.poll() is None and time.time() < deadline
+            time.sleep(0.02)
+        (resolved,) = work.glob('*.py')
+        time.sleep(1.0)  # the Runner writes it more than once while it starts
+        text = resolved.read_text()
         with isolated():
             rc = train_tool.main([config, '--work-dir', str(work), '--cfg-options', *NO_VAL,
                                   *unique_names()])
@@ -67,7 +74,7 @@ def test_a_work_dir_in_use_is_refused_naming_the_other_run(train_tool, tmp_path,
         assert f'the work dir {work} is in use by another training run (process {first.pid} ' \
                f'on {socket.gethostname()}' in err and 'Traceback' not in err
         assert first.poll() is None  # the first run goes on, untouched
-        assert len(list(work.glob('*.py'))) == 1  # its resolved config was not replaced
+        assert resolved.read_text() == text  # not the second run's (its own experiment_name)
     finally:
         first.kill()
         first.wait()

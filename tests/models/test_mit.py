@@ -129,10 +129,14 @@ def test_official_segformer_checkpoint():
     assert all(torch.equal(converted[k], v) for k, v in expected.items())
 
 
-def test_load_state_dict_converts_official_keys():
+def test_official_keys_convert_to_a_strict_load():
+    """Converting is the loaders' job (init_cfg, load_from, init_model): load_state_dict
+    takes densevit's own names only."""
     src = MixVisionTransformer(**TINY)
     dst = MixVisionTransformer(**TINY)
-    dst.load_state_dict(_to_official(src.state_dict()), strict=True)
+    with pytest.raises(RuntimeError, match='Missing key'):
+        dst.load_state_dict(_to_official(src.state_dict()), strict=True)
+    dst.load_state_dict(convert_mit(_to_official(src.state_dict())), strict=True)
     assert all(torch.equal(a, b) for a, b in zip(src.state_dict().values(),
                                                   dst.state_dict().values(), strict=True))
 
@@ -172,9 +176,8 @@ def _tiny_mit_like_hf():
 def test_hf_encoder_outputs_equal():
     transformers, cfg = _hf_config()
     hf = randomize_(transformers.SegformerModel(cfg)).eval()
-    ours = MixVisionTransformer(**TINY).eval()  # official eps mix until the HF file is loaded
-    ours.load_state_dict(hf.state_dict(), strict=True)  # converted, HF's eps taken
-    assert set(ours.layer_norm_eps.values()) == {1e-5}
+    ours = _tiny_mit_like_hf()  # HF's eps, set in the config
+    ours.load_state_dict(convert_mit(hf.state_dict()), strict=True)
     x = torch.randn(2, 3, 67, 45)
     with torch.no_grad():
         ref = hf(pixel_values=x, output_hidden_states=True).hidden_states
@@ -189,7 +192,8 @@ def test_hf_segformer_logits_equal():
     transformers, cfg = _hf_config()
     hf = randomize_(transformers.SegformerForSemanticSegmentation(cfg)).eval()
     converted = convert_segformer(hf.state_dict())
-    assert converted.options == {'layer_norm_eps': 1e-5}
+    assert converted.options == {'layer_norm_eps': dict.fromkeys(
+        ('patch_embed', 'sr', 'block', 'stage'), 1e-5)}
     backbone = _tiny_mit_like_hf()
     head = SegformerHead(in_channels=[8, 16, 24, 32], channels=16, num_classes=5).eval()
     backbone.load_state_dict({k[len('backbone.'):]: v for k, v in converted.items()
@@ -269,7 +273,7 @@ def test_hf_segformer_through_init_model(tmp_path):
     hf = randomize_(transformers.SegformerForSemanticSegmentation(cfg), seed=3).eval()
     path = tmp_path / 'hf_segformer.pth'
     torch.save(hf.state_dict(), path)
-    model = init_model(CONFIG, path, cfg_options=TINY_CFG)
+    model = init_model(CONFIG, path, cfg_options={**TINY_CFG, 'model.backbone.layer_norm_eps': 1e-5})
     assert set(model.backbone.layer_norm_eps.values()) == {1e-5}
     for size in [(64, 48), (45, 77)]:
         x = torch.randn(2, 3, *size)
@@ -288,14 +292,15 @@ def test_hf_segformer_through_init_model(tmp_path):
                                               'model.decode_head.proj_type': 'conv_norm_act'})
 
 
-def test_official_segformer_through_init_model_takes_official_eps(tmp_path):
+def test_official_segformer_through_init_model_with_the_official_eps(tmp_path):
     backbone = randomize_(MixVisionTransformer(**TINY), seed=1)
     head = randomize_(SegformerHead(in_channels=[8, 16, 24, 32], channels=16, num_classes=5),
                       seed=2)
     ckpt = _official_whole(backbone, head)
     path = tmp_path / 'segformer.tiny.pth'
     torch.save({'state_dict': ckpt, 'meta': {}}, path)
-    model = init_model(CONFIG, path, cfg_options=TINY_CFG)
+    # None: the official code's eps mix (the config's default is mmseg's 1e-6)
+    model = init_model(CONFIG, path, cfg_options={**TINY_CFG, 'model.backbone.layer_norm_eps': None})
     assert model.backbone.layer_norm_eps == dict(patch_embed=1e-5, sr=1e-5, block=1e-6,
                                                  stage=1e-6)
     x = torch.randn(1, 3, 40, 56)
@@ -304,11 +309,16 @@ def test_official_segformer_through_init_model_takes_official_eps(tmp_path):
         assert (model.decode_head(model.backbone(x)) - ref).abs().max() <= 1e-5
 
 
-def test_config_eps_wins_over_checkpoint_origin(tmp_path):
+def test_config_eps_wins_over_checkpoint_origin(tmp_path, log_lines):
     transformers, cfg = _hf_config()
     hf = randomize_(transformers.SegformerModel(cfg))
-    ours = MixVisionTransformer(**TINY, layer_norm_eps=dict(block=1e-4))
-    ours.load_state_dict(hf.state_dict(), strict=True)
+    torch.save(hf.state_dict(), tmp_path / 'hf.pth')
+    ours = MixVisionTransformer(**TINY, layer_norm_eps=dict(block=1e-4), init_cfg=dict(
+        type='Pretrained', checkpoint=str(tmp_path / 'hf.pth')))
+    ours.init_weights()
     assert ours.layer_norm_eps == dict(patch_embed=1e-5, sr=1e-5, block=1e-4, stage=1e-6)
+    (line,) = [m for _, m in log_lines if 'was built with layer_norm_eps' in m]
+    assert "this model keeps layer_norm_eps={'patch_embed': 1e-05, 'sr': 1e-05, 'block': " \
+           "0.0001, 'stage': 1e-06} from its config" in line
     with pytest.raises(KeyError, match='kinds'):
         MixVisionTransformer(**TINY, layer_norm_eps=dict(blocks=1e-6))

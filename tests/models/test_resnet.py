@@ -9,15 +9,12 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from torch import nn
 
-from densevit.checkpoint.resnet import (
-    convert_hf_resnet,
-    convert_resnet,
-    resnet_kwargs_from_hf_config,
-)
+from densevit.checkpoint.resnet import convert_hf_resnet, convert_resnet
 from densevit.models.backbones.resnet import ResNet
 from densevit.models.layers.frozen_bn import FrozenBatchNorm2d
 from densevit.registry import MODELS
 
+from hf_references import resnet_kwargs_from_hf_config
 from random_init import randomize_
 
 

@@ -232,18 +232,19 @@ def test_hf_swin_backbone_outputs_match(hf_swin_backbone, source, tmp_path, log_
 def test_hf_swin_model_matches(hf_swin_backbone, tmp_path, size, log_lines):
     """HF ``SwinModel``: its one final layernorm becomes ``norm1`` (the last stage's), and
     its origin gives ``always_shift=False``: a stage whose map's shorter side is no longer
-    than the window is not shifted. (32, 32) is the 224-pixel case in small: the last map
-    4x4 equals the 4x4 window; (40, 48) maps 10x12 then 5x6, larger; (37, 53) 10x14 then
-    5x7, padded. SwinModel remembers a turned-off shift, so each size gets a fresh copy.
+    than the window is not shifted; the config says so (a file never changes the model).
+    (32, 32) is the 224-pixel case in small: the last map 4x4 equals the 4x4 window;
+    (40, 48) maps 10x12 then 5x6, larger; (37, 53) 10x14 then 5x7, padded. SwinModel
+    remembers a turned-off shift, so each size gets a fresh copy.
     """
     transformers = pytest.importorskip('transformers')
     _, _, cfg = hf_swin_backbone
     hf = randomize_(transformers.SwinModel(cfg, add_pooling_layer=False), seed=1).eval()
     hf.save_pretrained(tmp_path)
-    ours = _tiny(init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'model.safetensors')))
+    ours = _tiny(always_shift=False,
+                 init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'model.safetensors')))
     ours.init_weights()
     ours.eval()
-    assert not ours.always_shift
     assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]
     assert any('norm0.weight' in m and 'expected' in m for _, m in log_lines)  # new in a backbone
     x = torch.randn(2, 3, *size)
@@ -292,7 +293,7 @@ def test_init_cfg_pretrained_official_other_window(tmp_path, log_lines):
     torch.save({'model': _official_state_dict(src)}, path)
 
     dst = _tiny(window_size=4, use_abs_pos_embed=True, pretrain_img_size=32,
-                init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+                always_shift=False, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     dst.init_weights()
     torch.testing.assert_close(dst.layers[1].blocks[1].mlp.fc2.weight,
                                src.layers[1].blocks[1].mlp.fc2.weight)
@@ -301,25 +302,25 @@ def test_init_cfg_pretrained_official_other_window(tmp_path, log_lines):
     assert table.shape == (49, 1)
     text = '\n'.join(m for _, m in log_lines)
     assert 'from grid 7x7 to 4x4' in text and 'from 56x56 to 8x8' in text
-    assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]
+    assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]  # always_shift agrees
     assert any('norm0.weight' in m and 'expected' in m for _, m in log_lines)
-    assert not dst.always_shift and 'always_shift=False' in text  # a classifier's checkpoint
 
 
 @pytest.mark.parametrize('layout', ['official', 'timm', 'densevit'])
 def test_layouts_reproduce_the_source_model(tmp_path, layout):
     """Random weights (non-zero bias tables, biases, norms) saved in each layout load back
-    into the same outputs, 1-window maps included; the origin sets always_shift."""
+    into the same outputs, 1-window maps included, with the source's always_shift in the
+    config (a classifier's file and a config left at True: one line names both)."""
     src = randomize_(_tiny(always_shift=layout == 'densevit'), seed=2)
     sd = _official_state_dict(src) if layout != 'densevit' else src.state_dict()
     if layout == 'timm':
         sd = {k.replace('layers.0.downsample', 'layers.1.downsample'): v for k, v in sd.items()}
         sd['head.fc.weight'] = sd.pop('head.weight')
     torch.save(sd, tmp_path / 'swin.pth')
-    dst = _tiny(init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'swin.pth')))
+    dst = _tiny(always_shift=layout == 'densevit',
+                init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'swin.pth')))
     dst.init_weights()
     dst.eval()
-    assert dst.always_shift == (layout == 'densevit')  # densevit's own: the config's default
     if layout != 'densevit':  # the classifier's file has no norm0: give it the source's
         dst.norm0.load_state_dict(src.norm0.state_dict())
     for size in [(32, 32), (37, 53), (16, 16)]:
@@ -329,17 +330,17 @@ def test_layouts_reproduce_the_source_model(tmp_path, layout):
                 torch.testing.assert_close(o, r, atol=1e-5, rtol=0)
 
 
-def test_checkpoint_options_rules(log_lines):
-    model = _tiny()
-    model.checkpoint_options(always_shift=False)
-    assert not model.always_shift and not model.layers[1].blocks[1].always_shift
-    model.checkpoint_options(always_shift=True, layer_norm_eps=1e-6)
-    assert model.always_shift
-    assert any(lvl == logging.WARNING and 'layer_norm_eps' in m for lvl, m in log_lines)
-    explicit = _tiny(always_shift=True)
-    explicit.checkpoint_options(always_shift=False)  # the config wins, with a log line
-    assert explicit.always_shift
-    assert any('keeping always_shift=True' in m for _, m in log_lines)
+def test_a_classifier_checkpoint_never_changes_the_shift_rule(tmp_path, log_lines):
+    """The default always_shift=True is kept with an official (classifier) file; one
+    WARNING line names the file's rule and the config's."""
+    sd = _official_state_dict(_tiny())
+    torch.save({'model': sd}, tmp_path / 'official.pth')
+    model = _tiny(init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'official.pth')))
+    model.init_weights()
+    assert model.always_shift and model.layers[1].blocks[1].always_shift
+    (line,) = [m for lvl, m in log_lines if lvl == logging.WARNING and 'was built with' in m]
+    assert ('its origin (official Swin) was built with always_shift=False; this model keeps '
+            'always_shift=True from its config') in line
 
 
 def test_init_cfg_pretrained_reports_missing_loudly(tmp_path, log_lines):

@@ -29,8 +29,10 @@ def build(name):
     cfg = Config.fromfile(str(CONFIGS / name))
     torch.manual_seed(0)
     model = MODELS.build(cfg.model).eval()
+    # images only (no annotations here), and no test Resize: each view scales the original
+    # image (a test Resize's scaling: test_apply_tta_defaults_and_config_overrides)
     steps = [s for s in cfg.test_dataloader.dataset.pipeline
-             if not s['type'].endswith('Annotations')]  # images only: no annotations here
+             if not s['type'].endswith('Annotations') and s['type'] != 'Resize']
     return cfg, model, steps
 
 
@@ -57,26 +59,26 @@ def view_pipeline(steps, ratio, flip):
 
 
 @pytest.fixture(scope='module')
-def seg():
+def tta_seg():
     return build('tiny_segformer_shapes.py')
 
 
-def in_mode(seg, mode):
+def in_mode(tta_seg, mode):
     """A copy of the tiny segmentor predicting whole images or sliding windows."""
-    model = copy.deepcopy(seg[1])
+    model = copy.deepcopy(tta_seg[1])
     if mode == 'slide':
         model.test_cfg = dict(mode='slide', crop_size=(32, 32), stride=(24, 24))
-    return model, seg[2]
+    return model, tta_seg[2]
 
 
 @pytest.fixture(scope='module')
-def det():
+def tta_det():
     return build('tiny_detr_shapes.py')
 
 
 @pytest.mark.parametrize('mode', ['whole', 'slide'])
-def test_seg_one_view_equals_plain_inference(seg, tmp_path, mode):
-    model, steps = in_mode(seg, mode)
+def test_seg_one_view_equals_plain_inference(tta_seg, tmp_path, mode):
+    model, steps = in_mode(tta_seg, mode)
     path = image_file(tmp_path, random_image())
     plain = run(model, steps, path)
     merged = run(SegTTAModel(model), tta_pipeline(steps, [1.0], flip=False), path)
@@ -86,8 +88,8 @@ def test_seg_one_view_equals_plain_inference(seg, tmp_path, mode):
 
 
 @pytest.mark.parametrize('mode', ['whole', 'slide'])
-def test_seg_views_averaged_as_probabilities_at_the_original_size(seg, tmp_path, mode):
-    model, steps = in_mode(seg, mode)
+def test_seg_views_averaged_as_probabilities_at_the_original_size(tta_seg, tmp_path, mode):
+    model, steps = in_mode(tta_seg, mode)
     path = image_file(tmp_path, random_image(seed=1))
     ratios = (0.5, 1.0, 1.75)
     merged = run(SegTTAModel(model), tta_pipeline(steps, ratios), path)
@@ -100,8 +102,8 @@ def test_seg_views_averaged_as_probabilities_at_the_original_size(seg, tmp_path,
     assert merged.tta_views == 6
 
 
-def test_seg_flip_invariance_on_a_symmetric_input(seg, tmp_path):
-    _, model, steps = seg
+def test_seg_flip_invariance_on_a_symmetric_input(tta_seg, tmp_path):
+    _, model, steps = tta_seg
     half = random_image(64, 40, seed=2)
     path = image_file(tmp_path, np.concatenate([half, half[:, ::-1]], 1))
     merged = run(SegTTAModel(model), tta_pipeline(steps, [0.75, 1.0]), path)
@@ -112,8 +114,8 @@ def test_seg_flip_invariance_on_a_symmetric_input(seg, tmp_path):
     assert (one.seg_logits.data - one.seg_logits.data.flip(-1)).abs().max() > 1e-3
 
 
-def test_det_one_view_equals_plain_inference(det, tmp_path):
-    _, model, steps = det
+def test_det_one_view_equals_plain_inference(tta_det, tmp_path):
+    _, model, steps = tta_det
     path = image_file(tmp_path, random_image(48, 64))
     plain = run(model, steps, path).pred_instances
     keep_all = DetTTAModel(model, tta_cfg=dict(nms=dict(iou_threshold=1.0)))
@@ -128,8 +130,8 @@ def test_det_one_view_equals_plain_inference(det, tmp_path):
     assert torch.equal(merged.bboxes, plain.bboxes[keep])
 
 
-def test_det_views_mapped_back_and_merged_as_mmdet(det, tmp_path):
-    _, model, steps = det
+def test_det_views_mapped_back_and_merged_as_mmdet(tta_det, tmp_path):
+    _, model, steps = tta_det
     path = image_file(tmp_path, random_image(48, 64, seed=3))
     ratios = (0.5, 1.0, 1.5)
     tta = DetTTAModel(model, tta_cfg=dict(nms=dict(iou_threshold=0.5), max_per_img=12))
@@ -151,9 +153,9 @@ def test_det_views_mapped_back_and_merged_as_mmdet(det, tmp_path):
     assert (merged.bboxes[:, [0, 2]] <= 64).all() and (merged.bboxes[:, [1, 3]] <= 48).all()
 
 
-def test_det_flip_equivariance(det, tmp_path):
+def test_det_flip_equivariance(tta_det, tmp_path):
     """A mirrored image gives the mirrored merged boxes (the flip views are undone)."""
-    _, model, steps = det
+    _, model, steps = tta_det
     img = random_image(48, 64, seed=4)
     pipeline = tta_pipeline(steps, [1.0, 1.5])
     a = run(DetTTAModel(model), pipeline, image_file(tmp_path, img, 'a.png')).pred_instances
@@ -167,37 +169,42 @@ class NoTTAHead(SegformerHead):
     tta_merge = None
 
 
-def test_a_head_that_cannot_merge_is_named(seg, det):
-    cfg = copy.deepcopy(seg[0])
+def test_a_head_that_cannot_merge_is_named(tta_seg, tta_det):
+    cfg = copy.deepcopy(tta_seg[0])
     cfg.model.decode_head.type = NoTTAHead
     with pytest.raises(ValueError, match='NoTTAHead .the decode_head of EncoderDecoder. cannot '
                                          'merge augmented predictions'):
         apply_tta(cfg)
-    model = copy.deepcopy(seg[1])
+    model = copy.deepcopy(tta_seg[1])
     model.decode_head.__class__ = NoTTAHead
     with pytest.raises(ValueError, match='NoTTAHead .the decode_head of EncoderDecoder.'):
         SegTTAModel(model)
     with pytest.raises(ValueError, match='DETRHead .the bbox_head of DETR. cannot merge'):
-        SegTTAModel(det[1])  # boxes cannot be averaged as probabilities
+        SegTTAModel(tta_det[1])  # boxes cannot be averaged as probabilities
 
 
-def test_apply_tta_defaults_and_config_overrides(seg, det):
-    cfg = apply_tta(copy.deepcopy(seg[0]))
+def test_apply_tta_defaults_and_config_overrides(tta_seg, tta_det):
+    cfg = apply_tta(copy.deepcopy(tta_seg[0]))
     assert cfg.model.type == 'SegTTAModel' and cfg.model.module.type == 'EncoderDecoder'
     aug = cfg.test_dataloader.dataset.pipeline[-1]
-    assert [t['scale_factor'] for t in aug['transforms'][0]] == [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
+    # the tiny configs' test Resize to their 48x48 training size, scaled by each ratio
+    assert [t['scale'] for t in aug['transforms'][0]] == [
+        (24, 24), (36, 36), (48, 48), (60, 60), (72, 72), (84, 84)]
     assert [t['prob'] for t in aug['transforms'][1]] == [0., 1.]
     assert aug['transforms'][2][0]['type'] == 'LoadSegAnnotations'  # after resize and flip
-    cfg = apply_tta(copy.deepcopy(det[0]), ratios=[1.0, 2.0], flip=False)
+    cfg = apply_tta(copy.deepcopy(tta_det[0]), ratios=[1.0, 2.0], flip=False)
     assert cfg.model.type == 'DetTTAModel' and cfg.model.tta_cfg.max_per_img == 100
     aug = cfg.test_dataloader.dataset.pipeline[-1]
-    assert [t['scale_factor'] for t in aug['transforms'][0]] == [1.0, 2.0]
+    assert [t['scale'] for t in aug['transforms'][0]] == [(48, 48), (96, 96)]
     assert aug['transforms'][1][0]['type'] == 'LoadDetAnnotations'
-    # a test Resize is scaled; the config's own tta_model / tta_pipeline win
+    # a test Resize is scaled; without one the original image is; the config's own
+    # tta_model / tta_pipeline win
     steps = [dict(type='LoadImage'), dict(type='Resize', scale=(100, 60), keep_ratio=True),
              dict(type='PackDetInputs')]
     assert tta_pipeline(steps, [0.5])[-1]['transforms'][0][0]['scale'] == (50, 30)
-    own = copy.deepcopy(det[0])
+    assert tta_pipeline(tta_det[2], [0.5, 1.5])[-1]['transforms'][0] == [
+        dict(type='Resize', scale_factor=r, keep_ratio=True) for r in (0.5, 1.5)]
+    own = copy.deepcopy(tta_det[0])
     own.tta_model = dict(type='DetTTAModel', tta_cfg=dict(nms=dict(iou_threshold=0.6)))
     own.tta_pipeline = [dict(type='LoadImage'), dict(type='PackDetInputs')]
     cfg = apply_tta(own)

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.vit import ARCH_SETTINGS, VisionTransformer
 from densevit.registry import MODELS
 
@@ -50,13 +51,14 @@ def test_timm_key_names():
 
 
 def test_loads_timm_layout_with_other_grid():
-    """timm's bare ``pos_embed`` key, made for a 6x6 grid, loads into a 4x4 model."""
+    """timm's bare ``pos_embed`` key, made for a 6x6 grid, converted (the timm layout's one
+    place, densevit/checkpoint/vit.py), loads into a 4x4 model: the table resized."""
     src = VisionTransformer(arch=TINY, img_size=48, patch_size=8)
     src.init_weights()
     sd = src.state_dict()
     sd['pos_embed'] = sd.pop('pos_embed.weight')
     dst = VisionTransformer(arch=TINY, img_size=32, patch_size=8)
-    dst.load_state_dict(sd)  # strict: nothing missing, nothing unexpected
+    dst.load_state_dict(convert_vit(sd))  # strict: nothing missing, nothing unexpected
     torch.testing.assert_close(dst.pos_embed.weight, src.pos_embed.table((4, 4)))
     torch.testing.assert_close(dst.blocks[1].mlp.fc1.weight, src.blocks[1].mlp.fc1.weight)
 

@@ -43,3 +43,27 @@ def tiny_hf_detr(seed=0):
     model = randomize_(transformers.DetrForObjectDetection(cfg), seed=seed).eval()
     _spread(model.model, seed + 1)
     return model
+
+
+def resnet_kwargs_from_hf_config(config):
+    """Our ``ResNet`` kwargs for an HF ``ResNetConfig`` (block type, widths, strides, style).
+
+    Raises ValueError for HF configs our ResNet cannot express (stage widths
+    not ``embedding_size * 2^i * expansion``, activation other than ReLU).
+    """
+    bottleneck = config.layer_type == 'bottleneck'
+    expansion = 4 if bottleneck else 1
+    base = config.embedding_size
+    expected = [base * 2 ** i * expansion for i in range(4)]
+    if list(config.hidden_sizes) != expected or len(config.depths) != 4:
+        raise ValueError(f'HF hidden_sizes {config.hidden_sizes} are not the standard widths '
+                         f'{expected} for embedding_size {base}')
+    if config.hidden_act != 'relu':
+        raise ValueError(f'HF hidden_act {config.hidden_act!r} unsupported (ReLU only)')
+    return dict(
+        depth=50 if bottleneck else 18,  # picks the block type; stage_blocks sets the counts
+        stage_blocks=tuple(config.depths),
+        in_channels=config.num_channels,
+        base_channels=base,
+        strides=(2 if config.downsample_in_first_stage else 1, 2, 2, 2),
+        style='caffe' if getattr(config, 'downsample_in_bottleneck', False) else 'pytorch')

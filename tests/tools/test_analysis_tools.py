@@ -1,4 +1,5 @@
-"""The ViT analysis tools run end to end on a tiny ViT and write PNG + numbers."""
+"""The ViT analysis tools run end to end on a tiny ViT and write PNG + numbers (with the
+config, checkpoint and provenance: densevit/analysis/cli.py)."""
 import importlib.util
 import json
 import os.path as osp
@@ -37,9 +38,24 @@ def test_tool_writes_png_and_numbers(tool, extra, outputs, tmp_path, monkeypatch
     run_tool(tool, [str(cfg), 'none', '--out-dir', str(out)] + extra, monkeypatch)
     for f in outputs:
         assert (out / f).stat().st_size > 0
-    numbers = json.loads((out / outputs[-1]).read_text())
+    written = json.loads((out / outputs[-1]).read_text())
+    assert written['config'] == str(cfg) and written['checkpoint'] is None
+    assert {'command', 'commit', 'cpu_model', 'torch_threads'} <= set(written['provenance'])
+    numbers = written['results']
     if tool == 'attention_distance':
         assert len(numbers['distance']) == 2 and len(numbers['distance'][0]) == 2
         assert numbers['num_images'] == 3
     if tool == 'attention_rollout':
         assert len(numbers['maps']) == 3 and numbers['grid'] == [4, 4]
+
+
+def test_json_option_moves_the_numbers(tmp_path, monkeypatch):
+    cfg = tmp_path / 'tiny_vit.py'
+    cfg.write_text(CONFIG)
+    out = tmp_path / 'kept' / 'filters.json'
+    run_tool('patch_filters', [str(cfg), 'none', '--out-dir', str(tmp_path / 'out'),
+                               '--num-components', '2', '--json', str(out)], monkeypatch)
+    assert not (tmp_path / 'out' / 'patch_filters.json').exists()
+    written = json.loads(out.read_text())
+    assert len(written['results']['explained_variance_ratio']) == 2
+    assert written['provenance']['command'].split()[-1] == str(out)

@@ -57,7 +57,9 @@ def test_coco_results_json_scores_as_coco_metric(tool, tmp_path):
     assert tool.main(['--json', str(out), 'coco', str(tmp_path / 'res.bbox.json'),
                       str(ann_file)]) == 0
     got = json.loads(out.read_text())
-    assert {f'coco/{k}': v for k, v in got.items()} == expected
+    assert {f'coco/{k}': v for k, v in got['results'].items()} == expected
+    assert got['task'] == 'coco' and got['inputs']['ann_file'] == str(ann_file)
+    assert {'command', 'commit', 'cpu_model', 'torch_threads'} <= set(got['provenance'])
 
 
 @pytest.mark.parametrize('reduce', [False, True])
@@ -85,7 +87,10 @@ def test_label_pngs_score_as_iou_metric(tool, tmp_path, reduce):
     out = tmp_path / 'metrics.json'
     args = ['--json', str(out), 'seg', str(pred_dir), gt_dir, '--num-classes', str(num_classes)]
     assert tool.main(args + (['--reduce-zero-label'] if reduce else [])) == 0
-    assert json.loads(out.read_text()) == expected
+    got = json.loads(out.read_text())
+    assert got['results'] == expected
+    assert got['task'] == 'seg' and got['inputs'] == dict(pred_dir=str(pred_dir), gt_dir=gt_dir)
+    assert {'command', 'commit', 'cpu_model', 'torch_threads'} <= set(got['provenance'])
 
 
 def test_seg_reports_missing_predictions(tool, tmp_path):

@@ -1,5 +1,6 @@
 """MAE pre-training through tools/train.py (validation loss, curves, skipped images) and the
 Figure-2 reconstruction tool."""
+import json
 import re
 from pathlib import Path
 
@@ -88,14 +89,21 @@ def test_reconstruction_figure_from_a_random_model(tmp_path, capsys, num, option
     out = tmp_path / 'fig.png'
     with isolated():
         rc = load_tool('tools/analysis/mae_reconstruction.py').main(
-            [config, str(ckpt), '--num', str(num), '--out', str(out), '--gap', '2', *options])
+            [config, str(ckpt), '--num', str(num), '--out', str(out), '--gap', '2', *options,
+             '--json', str(tmp_path / 'loss.json')])
     assert rc == 0, capsys.readouterr().err
     img = cv2.imread(str(out))
     assert img.shape == (num * 32 + (num - 1) * 2, 3 * 32 + 2 * 2, 3)
     # right panel: the original validation image (sorted: 0.png first)
     original = cv2.imread(str(tmp_path / 'imgs' / 'val' / '0.png'))
     assert np.array_equal(img[:32, -32:], original)
-    assert f'wrote {out}: {num} images' in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f'wrote {out}: {num} images' in printed
+    written = json.loads((tmp_path / 'loss.json').read_text())  # the printed loss, kept
+    loss = written['results']['masked_patch_loss']
+    assert f'mean loss on their masked patches {loss:.4f}' in printed
+    assert written['results']['num_images'] == num and written['checkpoint'] == str(ckpt)
+    assert 'commit' in written['provenance']
 
 
 def test_reconstruction_tool_refuses_other_models(tmp_path, capsys):

@@ -30,7 +30,7 @@ def main():
     dist = (total / count).tolist()
     png = plot_attention_distance(dist, osp.join(args.out_dir, 'attention_distance.png'),
                                   patch_px)
-    js = write_json(osp.join(args.out_dir, 'attention_distance.json'),
+    js = write_json(args, 'attention_distance.json',
                     dict(distance=dist, patch_size=patch_px, grid=list(hw),
                          num_images=count, seconds=round(t.seconds, 2),
                          cpu_seconds=round(t.cpu_seconds, 2)))

@@ -42,7 +42,7 @@ def main():
                     pngs.append(overlay_maps(bgr_to_rgb(img), upsample(mi[None], img.shape[:2]),
                                              png, titles=[f'rollout ({source})']))
                 n += 1
-    js = write_json(osp.join(args.out_dir, 'attention_rollout.json'),
+    js = write_json(args, 'attention_rollout.json',
                     dict(maps=maps, grid=list(hw), from_class_token=bool(vit.num_extra_tokens),
                          seconds=round(t.seconds, 2), cpu_seconds=round(t.cpu_seconds, 2)))
     print(f'{n} images in {t.seconds:.1f} s wall, {t.cpu_seconds:.1f} s CPU')

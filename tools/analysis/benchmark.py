@@ -2,6 +2,7 @@
 
     python tools/analysis/benchmark.py CONFIG [CHECKPOINT] --shape H W --batch N --iters N
         [--warmup N] [--device cpu|cuda] [--mode predict|tensor] [--threads N] [--bf16]
+        [--json FILE]
 
 Random images of the given shape go through the data preprocessor and the model
 (``--mode predict``: with post-processing, as ``tools/test.py`` runs it; ``tensor``:
@@ -16,9 +17,11 @@ it. Data loading is not timed. Reported:
   first so that the model build and warm-up do not hide it
   (``densevit.utils.memory.peak_rss_growth``); the absolute peak is printed beside it.
   ``benchmarks/bench_memory.py`` measures single forward passes this way.
+
+``--json FILE`` writes these with the command, commit, CPU and thread count
+(``densevit.utils.provenance``).
 """
 import argparse
-import json
 import sys
 import time
 
@@ -30,6 +33,7 @@ from densevit.apis import init_model
 from densevit.structures import DataSample
 from densevit.utils.memory import peak_rss_growth
 from densevit.utils.precision import autocast_context
+from densevit.utils.provenance import add_json_argument, write_result
 
 
 def fake_batch(batch, shape, seed=0):
@@ -95,7 +99,7 @@ def parse_args(argv=None):
     p.add_argument('--mode', choices=['predict', 'tensor'], default='predict')
     p.add_argument('--bf16', action='store_true', help='bf16 autocast (as tools/test.py --bf16)')
     p.add_argument('--threads', type=int, help='torch CPU threads')
-    p.add_argument('--json', help='also write the results to this file')
+    add_json_argument(p, 'the measurements')
     p.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
     return p.parse_args(argv)
 
@@ -118,8 +122,8 @@ def main(argv=None):
           f"{torch.get_num_threads()} threads); latency per batch p50 {lat['p50']:.1f} ms, "
           f"p90 {lat['p90']:.1f} ms, p99 {lat['p99']:.1f} ms; {memory}")
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(result, f, indent=2)
+        write_result(args.json, result, config=args.config, checkpoint=args.checkpoint,
+                     cfg_options=dict(args.cfg_options))
     return 0
 
 

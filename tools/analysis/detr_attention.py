@@ -63,7 +63,7 @@ def main():
                             scores=pred.scores[keep].tolist(), labels=labels, grid=list(hw),
                             maps=maps.tolist()))
             print(png)
-    print(write_json(osp.join(args.out_dir, 'detr_attention.json'),
+    print(write_json(args, 'detr_attention.json',
                      dict(images=out, seconds=round(t.seconds, 2))))
 
 

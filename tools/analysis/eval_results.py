@@ -11,6 +11,9 @@ like the annotation files) against a folder of annotations in the ADE20K layout:
     python tools/analysis/eval_results.py seg PRED_DIR GT_DIR (--num-classes K | --classes A B ...)
         [--reduce-zero-label] [--ignore-index 255]
 
+``--json FILE`` (before the task) also writes the metrics, with the command, commit and
+machine (``densevit.utils.provenance``).
+
 The numbers are the metrics' own (CocoMetric's COCOeval call, IoUMetric's summed
 areas): identical to what ``tools/test.py`` logs for the same predictions. COCO
 scores every image of the annotation file (as ``tools/test.py`` over the whole
@@ -28,6 +31,7 @@ import torch
 from densevit.datasets.transforms.seg_loading import reduce_zero_label as reduce_zero_label_map
 from densevit.evaluation.coco_metric import _STATS, CocoMetric
 from densevit.evaluation.iou_metric import IoUMetric, area_stats
+from densevit.utils.provenance import add_json_argument, write_result
 
 
 def eval_coco(results_file, ann_file, classwise=False):
@@ -93,7 +97,7 @@ def parse_args(argv=None):
     group.add_argument('--classes', nargs='+')
     s.add_argument('--reduce-zero-label', action='store_true')
     s.add_argument('--ignore-index', type=int, default=255)
-    p.add_argument('--json', help='also write the metrics to this file')
+    add_json_argument(p, 'the metrics')
     return p.parse_args(argv)
 
 
@@ -107,8 +111,9 @@ def main(argv=None):
                            args.ignore_index)
     print(json.dumps(metrics))
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(metrics, f, indent=2)
+        inputs = ({'results': args.results, 'ann_file': args.ann_file} if args.task == 'coco'
+                  else {'pred_dir': args.pred_dir, 'gt_dir': args.gt_dir})
+        write_result(args.json, metrics, task=args.task, inputs=inputs)
     return 0
 
 

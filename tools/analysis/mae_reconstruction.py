@@ -12,6 +12,8 @@ model's output on every patch, as the paper's Figure 2 does). A model trained on
 normalised pixels (``norm_pix``) predicts each patch without its mean and contrast:
 they are taken from the image's visible patches (``--true-patch-stats``: from each
 hidden patch itself, which shows its true colour; see ``MAEPretrainHead.reconstruct``).
+``--json FILE`` writes the printed loss with the command, commit and machine
+(``densevit.utils.provenance``).
 """
 import argparse
 import sys
@@ -24,6 +26,7 @@ from densevit.apis import init_model
 from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.models.selfsup.mae import MAE
 from densevit.registry import DATASETS
+from densevit.utils.provenance import add_json_argument, write_result
 from densevit.visualization.reconstruction import reconstruction_figure
 
 
@@ -55,6 +58,7 @@ def main(argv=None):
     p.add_argument('--true-patch-stats', action='store_true',
                    help='norm_pix models: show each predicted patch with the hidden patch\'s '
                         'own mean and variance')
+    add_json_argument(p, 'the mean loss on the masked patches')
     args = p.parse_args(argv)
     if args.num < 1:
         p.error(f'--num must be at least 1, got {args.num}')
@@ -88,6 +92,10 @@ def main(argv=None):
         return 1
     print(f'wrote {args.out}: {len(inputs)} images (masked | reconstruction | original), '
           f'mean loss on their masked patches {float(loss):.4f}')
+    if args.json:
+        write_result(args.json, dict(masked_patch_loss=float(loss), num_images=len(inputs),
+                                     seed=model.val_seed, figure=args.out),
+                     config=args.config, checkpoint=args.checkpoint, folder=args.folder)
     return 0
 
 

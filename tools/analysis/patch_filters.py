@@ -25,7 +25,7 @@ def main():
     pcs, ratio = patch_embedding_pcs(weight, args.num_components)
     png = plot_filters(to_unit_range(pcs).numpy(), osp.join(args.out_dir, 'patch_filters.png'),
                        f'top {len(pcs)} principal components of the patch embedding')
-    js = write_json(osp.join(args.out_dir, 'patch_filters.json'),
+    js = write_json(args, 'patch_filters.json',
                     dict(explained_variance_ratio=ratio.tolist(), components=pcs.tolist()))
     print(f'{png}\n{js}')
 

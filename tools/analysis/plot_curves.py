@@ -3,15 +3,33 @@
     python tools/analysis/plot_curves.py work_dirs/curves/* --out curves.png
     python tools/analysis/plot_curves.py work_dirs/seed_* --x iter --out seeds.png
     python tools/analysis/plot_curves.py work_dirs/seed_* --x iter --table   # also print a table
+    python tools/analysis/plot_curves.py work_dirs/seed_* --x iter --json seeds.json
 
 Against training minutes, each WORK_DIR holds the ``training_clock.csv`` that
 ``tools/train.py --minutes`` writes; against iterations (``--x iter``), any
 ``tools/train.py`` work dir will do (its ``*/vis_data/scalars.json``).
+``--json FILE`` writes each run's main metric at every validation (the numbers of the
+table, unrounded) with the command, commit and machine (``densevit.utils.provenance``).
 """
 import argparse
+import os.path as osp
 import sys
 
-from densevit.visualization.training_curve import curve_table, plot_curves
+from densevit.utils.provenance import add_json_argument, write_result
+from densevit.visualization.training_curve import _curve_keys, curve_table, plot_curves, read_rows
+
+
+def curve_values(work_dirs, x, labels=None):
+    """Per run: its label, work dir, main metric and that metric at every validation
+    (``x``: the minutes or iterations), as ``curve_table`` tabulates them."""
+    labels = labels or [osp.basename(osp.normpath(wd)) for wd in work_dirs]
+    runs = []
+    for wd, label in zip(work_dirs, labels, strict=True):
+        rows = read_rows(wd, x)
+        key = _curve_keys(wd, rows)[0][0] if rows else ''
+        runs.append(dict(run=label, work_dir=wd, metric=key, x=[float(r[x]) for r in rows],
+                         values=[float(r[key]) for r in rows]))
+    return runs
 
 
 def main(argv=None):
@@ -23,11 +41,15 @@ def main(argv=None):
     p.add_argument('--labels', nargs='+', help='legend names, one per work dir')
     p.add_argument('--table', action='store_true',
                    help="also print each run's main metric at every validation (Markdown)")
+    add_json_argument(p, "each run's main metric at every validation")
     args = p.parse_args(argv)
     try:
         if args.table:
             print(curve_table(args.work_dirs, x=args.x, labels=args.labels))
         print(f'wrote {plot_curves(args.work_dirs, args.out, x=args.x, labels=args.labels)}')
+        if args.json:
+            write_result(args.json, curve_values(args.work_dirs, args.x, args.labels),
+                         x=args.x, plot=args.out)
     except (FileNotFoundError, ValueError) as e:
         print(f'densevit: {e}', file=sys.stderr)
         return 1

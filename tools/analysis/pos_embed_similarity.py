@@ -31,7 +31,7 @@ def main():
             entry['per_head'] = r['per_head'].tolist()
         numbers[r['name']] = entry
         print(png)
-    print(write_json(osp.join(args.out_dir, 'pos_embed_similarity.json'), numbers))
+    print(write_json(args, 'pos_embed_similarity.json', numbers))
 
 
 if __name__ == '__main__':

@@ -5,10 +5,11 @@
 Prints, per layer, the mean token length, the mean cosine similarity of two patches
 of one image, the share of the tokens' energy in their common vector, and that share for
 what the layer's attention and MLP branches add (near 1: a dead layer), and writes
-``token_similarity.json`` (``densevit.analysis.token_similarity``). CHECKPOINT may be a
+``token_similarity.json`` in ``--out-dir`` (or ``--json FILE``; with the command, commit,
+CPU and thread count: ``densevit.utils.provenance``; the numbers:
+``densevit.analysis.token_similarity``). CHECKPOINT may be a
 pre-training one (MAE, masked patch prediction) with its own config, or ``none``.
 """
-import os.path as osp
 
 from densevit.analysis.cli import Timer, base_parser, setup, write_json
 from densevit.analysis.inputs import default_image_size, load_images, to_tensor
@@ -29,8 +30,9 @@ def main():
     for i, r in enumerate(rows):
         print(f"| {i} | {r['norm']:.2f} | {r['cosine']:.3f} | {r['common']:.3f} | "
               f"{r['attn_common']:.3f} | {r['mlp_common']:.3f} |")
-    js = write_json(osp.join(args.out_dir, 'token_similarity.json'),
-                    dict(layers=rows, num_images=len(images), image_size=list(size)))
+    js = write_json(args, 'token_similarity.json',
+                    dict(layers=rows, num_images=len(images), image_size=list(size),
+                         seconds=round(t.seconds, 2), cpu_seconds=round(t.cpu_seconds, 2)))
     print(js)
 
 

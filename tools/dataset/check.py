@@ -3,10 +3,13 @@
 ``python tools/dataset/check.py CONFIG [--splits train val] [--cfg-options k=v]``
 
 The datasets are built from the config, so their own parsing is checked (a COCO
-file's keys and category ids, a label folder's pairing). Then every image:
+file's keys and category ids, a label folder's pairing); a COCO file's repeated image
+or annotation ids, and a training file without a trainable box, are listed, and the
+check goes on. Then every image:
 
-- decodes (``LoadImage``); detection: its size equals the annotation's width / height;
-  boxes inside the image and of positive size; labels within the classes;
+- decodes (``LoadImage``); detection: its size equals the annotation's width / height
+  (as stored, or with its EXIF orientation applied: a mismatch names the tag); boxes
+  inside the image and of positive size; labels within the classes;
 - segmentation: the label map decodes, has the image's size and holds only class
   indices or ``ignore_index`` (``LoadSegAnnotations``).
 
@@ -22,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
-from densevit.datasets.transforms.loading import IMAGE_ERRORS, LoadImage
+from densevit.datasets.coco import CocoDataset
+from densevit.datasets.transforms.loading import IMAGE_ERRORS, DataError, LoadImage
 from densevit.datasets.transforms.seg_loading import LoadSegAnnotations
 from densevit.registry import DATASETS
-from densevit.utils.moved import resolve_config
 
 KINDS = ('image', 'size', 'box', 'label', 'label map', 'dataset')
 
@@ -56,10 +59,12 @@ def check_detection(info, img, num_classes):
 
 def check_one(info, num_classes):
     """[(kind, message naming the file)] of one data info (an image and its annotations)."""
-    try:
-        results = LoadImage()(dict(img_path=info['img_path']))
+    try:  # with the annotation's width / height: the frame LoadImage picks in training
+        results = LoadImage()({k: info[k] for k in ('img_path', 'width', 'height') if k in info})
     except IMAGE_ERRORS as e:
         return [('image', str(e))]
+    except DataError as e:  # an EXIF orientation, and neither frame has the annotation's size
+        return [('size', str(e))]
     if 'instances' in info:
         return check_detection(info, results['img'], num_classes)
     if 'seg_map_path' in info:
@@ -72,13 +77,19 @@ def check_one(info, num_classes):
 
 def check_split(name, dataset_cfg, args):
     """Build one split's dataset and check every image; returns (images, problems)."""
+    dataset_type = dataset_cfg.get('type')
+    if isinstance(dataset_type, str):
+        dataset_type = DATASETS.get(dataset_type)
+    if isinstance(dataset_type, type) and issubclass(dataset_type, CocoDataset):
+        dataset_cfg = dict(dataset_cfg, collect_problems=True)  # list repeated ids, go on
     try:
         dataset = DATASETS.build(dataset_cfg)
         dataset.full_init()
     except (ValueError, FileNotFoundError, KeyError) as e:
         return 0, [('dataset', f'{name}: cannot build the dataset: {e}')]
     num_classes = len(dataset.metainfo.get('classes') or ())
-    problems = [('box', f'{file}: {what}') for file, what in getattr(dataset, 'box_problems', [])]
+    problems = [('dataset', line) for line in getattr(dataset, 'file_problems', None) or []]
+    problems += [('box', f'{file}: {what}') for file, what in getattr(dataset, 'box_problems', [])]
     n, last = len(dataset), time.monotonic()
     def check(i):
         info = dataset.get_data_info(i)
@@ -103,7 +114,7 @@ def summary_table(rows):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = Config.fromfile(resolve_config(args.config))
+    cfg = Config.fromfile(args.config)
     cfg.merge_from_dict(args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'densevit'))
     rows, total = [], 0

@@ -13,6 +13,7 @@ import sys
 import torch
 
 from densevit.apis import init_model
+from densevit.checkpoint.model import CHECKPOINT_ERRORS
 
 
 def parse_args(argv=None):
@@ -40,13 +41,17 @@ def main(argv=None):
         print(f'densevit: ONNX export needs the deploy extra (pip install -e .[deploy]): {e}',
               file=sys.stderr)
         return 1
-    model = init_model(args.config, args.checkpoint)
     try:
+        # a missing config or checkpoint (FileNotFoundError), an unknown type (KeyError),
+        # a checkpoint that is corrupt, unsafe or of another model
+        model = init_model(args.config, args.checkpoint)
         with torch.no_grad():
             graph = export_onnx(model, args.out, dynamic=args.dynamic, opset=args.opset,
                                 example_size=tuple(args.shape), batch=args.batch)
-    except (ExportError, ValueError, TypeError) as e:
-        print(f'densevit: {e}', file=sys.stderr)
+    except (*CHECKPOINT_ERRORS, ExportError, FileNotFoundError, KeyError, ValueError,
+            TypeError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e  # no quotes
+        print(f'densevit: {message}', file=sys.stderr)
         return 1
     print(f'densevit: wrote {args.out} (inputs {list(graph.input_names)}, outputs '
           f'{list(graph.output_names)}, opset {args.opset}, '

@@ -3,16 +3,17 @@
 # projects each level with conv-BN-ReLU (proj_type='conv_norm_act'), so MMSegmentation's
 # zoo checkpoints load. The paper's / official NVlabs / Hugging Face head projects with a
 # plain Linear: proj_type='linear' (--cfg-options model.decode_head.proj_type=linear).
-# LayerNorm eps follows the checkpoint loaded (mmseg 1e-6, HF 1e-5, official mixed; see
-# MixVisionTransformer.layer_norm_eps). The final config sets num_classes, the
-# preprocessor's size and the pretrained weights.
+# LayerNorm eps 1e-6 everywhere, as MMSegmentation's MiT (HF uses 1e-5, the official
+# code a mix: MixVisionTransformer.layer_norm_eps); a checkpoint never changes it, and one
+# WARNING line names a file whose origin used another. The final config sets num_classes,
+# the preprocessor's size and the pretrained weights.
 norm_cfg = dict(type='SyncBN', requires_grad=True)  # plain BN on one process
 model = dict(
     type='EncoderDecoder',
     data_preprocessor=dict(
         type='SegDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
         bgr_to_rgb=True, pad_val=0, seg_pad_val=255),
-    backbone=dict(type='MixVisionTransformer', arch='b0', drop_path_rate=0.1),
+    backbone=dict(type='MixVisionTransformer', arch='b0', drop_path_rate=0.1, layer_norm_eps=1e-6),
     decode_head=dict(
         type='SegformerHead', proj_type='conv_norm_act', in_channels=[32, 64, 160, 256],
         in_index=[0, 1, 2, 3], channels=256, dropout_ratio=0.1, num_classes=19, norm_cfg=norm_cfg, align_corners=False,

@@ -8,10 +8,14 @@ _base_ = ['../../quickstart/segformer_shapes.py']
 
 data_root = 'data/shapes_seg_trials/cut_128/'
 shapes = dict(img_size=(128, 128), max_objects=4, min_size=24, max_size=64)
+# the quickstart's test pipeline, resizing to this config's image size
+test_pipeline = [dict(step, scale=shapes['img_size']) if step['type'] == 'Resize' else step
+                 for step in _base_.test_pipeline]
 train_dataloader = dict(batch_size=4, dataset=dict(
     data_root=data_root, generate=dict(_delete_=True, **shapes, num_images=4000, seed=0)))
 val_dataloader = dict(dataset=dict(
-    data_root=data_root, generate=dict(_delete_=True, **shapes, num_images=200, seed=1)))
+    data_root=data_root, generate=dict(_delete_=True, **shapes, num_images=200, seed=1),
+    pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
 max_iters = 3000

@@ -1,4 +1,10 @@
-"""Loading label maps for semantic segmentation, checked against their image and classes."""
+"""Loading label maps for semantic segmentation, checked against their image and classes.
+
+Label maps are read as stored, and so are their images (``LoadImage``: no EXIF
+orientation applied without an annotation size to say otherwise), so both share one
+frame. A label map that has the size of its image only once the image's EXIF
+orientation is applied (drawn on the rotated image) is refused naming the tag.
+"""
 import io
 import logging
 
@@ -8,6 +14,7 @@ from mmcv.transforms import BaseTransform
 from mmengine import fileio
 from mmengine.logging import print_log
 
+from densevit.datasets.transforms.loading import DataError, exif_orientation, rotated_size
 from densevit.registry import TRANSFORMS
 
 SHOW_VALUES = 10  # bad label values listed in an error
@@ -18,16 +25,16 @@ def decode_label_map(data, path):
 
     OpenCV turns palette PNGs (the usual way class maps are stored with colours,
     e.g. Pascal VOC) into BGR; their indices are read with Pillow instead. A true
-    colour image is refused: its colours are not class indices.
+    colour image is refused: its colours are not class indices. Both raise DataError.
     """
     seg = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     if seg is None:
-        raise ValueError(f'cannot decode label map: {path} (corrupt or not an image)')
+        raise DataError(f'cannot decode label map: {path} (corrupt or not an image)')
     if seg.ndim == 3:
         from PIL import Image
         img = Image.open(io.BytesIO(data))
         if img.mode not in ('P', 'L', 'I;16', 'I'):
-            raise ValueError(
+            raise DataError(
                 f'label map {path} has {seg.shape[2]} channels (mode {img.mode}): expected one '
                 'class index per pixel (a single-channel or palette PNG); convert colour-coded '
                 'maps to class indices first')
@@ -80,8 +87,9 @@ class LoadSegAnnotations(BaseTransform):
         seg = decode_label_map(data, path)
         img_shape = results.get('ori_shape', results.get('img_shape'))
         if img_shape is not None and tuple(seg.shape[:2]) != tuple(img_shape[:2]):
-            raise ValueError(f'label map {path} is {seg.shape[0]}x{seg.shape[1]} (HxW) but its '
-                             f"image {results.get('img_path')} is {img_shape[0]}x{img_shape[1]}")
+            raise DataError(f'label map {path} is {seg.shape[0]}x{seg.shape[1]} (HxW) but its '
+                            f"image {results.get('img_path')} is {img_shape[0]}x{img_shape[1]}"
+                            + self._exif_cause(results.get('img_path'), img_shape, seg.shape))
         reduce = self.reduce_zero_label
         if reduce is None:
             reduce = results.get('reduce_zero_label', False)
@@ -113,11 +121,27 @@ class LoadSegAnnotations(BaseTransform):
         message = (f'label map {path} has values {shown} outside 0..{num_classes - 1} '
                    f'(ignore_index {ignore}){" after reduce_zero_label" if reduce else ""}{hint}')
         if self.invalid_label == 'error':
-            raise ValueError(message + "; or set invalid_label='ignore' to ignore them")
+            raise DataError(message + "; or set invalid_label='ignore' to ignore them")
         print_log(message + f'; set to {ignore}', logger='current', level=logging.WARNING)
         seg = seg.copy()
         seg[np.isin(seg, bad)] = ignore
         return seg
+
+    def _exif_cause(self, img_path, img_shape, seg_shape):
+        """What to add to a size mismatch when the image's EXIF orientation explains it."""
+        if img_path is None:
+            return ''
+        try:
+            orientation = exif_orientation(fileio.get(img_path, backend_args=self.backend_args))
+        except FileNotFoundError:
+            return ''
+        h, w = img_shape[:2]
+        if orientation in (None, 1) or rotated_size(w, h, orientation)[::-1] != seg_shape[:2]:
+            return ''
+        return (f' as stored, and the label map has its size with its EXIF orientation '
+                f'{orientation} applied: images and label maps are read as stored (no EXIF '
+                'rotation); rotate the label map to the stored image, or write the image '
+                'rotated without the tag')
 
     def __repr__(self):
         return (f'{self.__class__.__name__}(reduce_zero_label={self.reduce_zero_label}, '

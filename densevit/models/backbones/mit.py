@@ -7,23 +7,23 @@ location information, so the encoder runs at any input size unchanged.
 
 Parameter names follow the official code under a regular ``stages.{i}``
 tree; ``densevit/checkpoint/mit.py`` maps official, Hugging Face and
-MMSegmentation checkpoints, and tells the LayerNorm eps each origin used
-(``layer_norm_eps``, set through :meth:`MixVisionTransformer.checkpoint_options`). Both a Pretrained ``init_cfg`` (e.g. ``checkpoint='mit_b0.pth'``,
-read safely and reported by ``densevit.checkpoint.load.load_pretrained``) and
-``load_state_dict`` convert such a checkpoint automatically.
+MMSegmentation checkpoints, and tells the LayerNorm eps each origin used (compared
+with this model's ``layer_norm_eps``, which a checkpoint never changes). A Pretrained
+``init_cfg`` (e.g. ``checkpoint='mit_b0.pth'``, read safely and reported by
+``densevit.checkpoint.pretrained.load_pretrained``), ``load_from`` and ``init_model``
+convert such a checkpoint; ``load_state_dict`` takes densevit's own layout only.
 """
 import math
 from collections.abc import Sequence
 
 import torch.nn.functional as F
 from mmcv.cnn.bricks import DropPath
-from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from densevit.checkpoint.load import loads_pretrained
-from densevit.checkpoint.mit import OFFICIAL_LAYER_NORM_EPS, convert_mit, detect_mit_layout
+from densevit.checkpoint.mit import OFFICIAL_LAYER_NORM_EPS, convert_mit
+from densevit.checkpoint.pretrained import loads_pretrained
 from densevit.registry import MODELS
 
 from .init import init_linear_or_norm
@@ -251,9 +251,10 @@ class MixVisionTransformer(BaseModule):
             kind: ``patch_embed`` (patch embeddings), ``sr`` (key/value reduction),
             ``block`` (norm1 / norm2), ``stage`` (stage-final norms); missing kinds keep
             the official values. None (default): the official code's mix (1e-5 for
-            ``patch_embed`` and ``sr``, 1e-6 for ``block`` and ``stage``), replaced on
-            loading by the checkpoint origin's (HF 1e-5 everywhere, MMSegmentation 1e-6
-            everywhere; see :meth:`checkpoint_options`). A value given here is kept.
+            ``patch_embed`` and ``sr``, 1e-6 for ``block`` and ``stage``). HF used 1e-5
+            everywhere, MMSegmentation 1e-6 everywhere: set that value to reproduce
+            their models exactly (a checkpoint never changes it; where its origin
+            differs, one WARNING line names both).
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``;
             official, HF and MMSegmentation key layouts are converted on load.
 
@@ -292,7 +293,6 @@ class MixVisionTransformer(BaseModule):
         sr_ratios = _per_stage(sr_ratios, num_stages, 'sr_ratios')
         mlp_ratios = _per_stage(mlp_ratio, num_stages, 'mlp_ratio')
         self.num_stages = num_stages
-        self._eps_from_config = layer_norm_eps is not None
         eps = _resolve_eps(layer_norm_eps)
 
         total = sum(self.num_layers)
@@ -324,34 +324,12 @@ class MixVisionTransformer(BaseModule):
         """The LayerNorm eps in use, per kind (see the class docstring)."""
         return {kind: norm.eps for stage in self.stages for kind, norm in stage.layer_norms()}
 
-    def checkpoint_options(self, layer_norm_eps=None):
-        """Take the LayerNorm eps of the checkpoint's origin (called by the loaders).
-
-        An eps given in the config wins; when it differs from the origin's, that is
-        logged (INFO): outputs then differ slightly from the original model's.
-        """
-        if layer_norm_eps is None:
-            return
-        wanted = _resolve_eps(layer_norm_eps)
-        current = self.layer_norm_eps
-        if all(current[k] == wanted[k] for k in current):
-            return
-        if self._eps_from_config:
-            print_log(f'MixVisionTransformer: keeping layer_norm_eps={current} from the config; '
-                      f'the checkpoint was made with {wanted}', logger='current')
-            return
-        for stage in self.stages:
-            for kind, norm in stage.layer_norms():
-                norm.eps = wanted[kind]
-        print_log(f'MixVisionTransformer: LayerNorm eps set to {wanted}, as the checkpoint\'s '
-                  f'origin used', logger='current')
-
     @loads_pretrained(convert_mit)
     def init_weights(self):
         """Official init: Linear ~ trunc N(0, .02), LayerNorm identity, conv
         ~ N(0, sqrt(2 / fan_out)) (He init over the output fan, per group);
         zero biases. Then a Pretrained ``init_cfg`` (official / HF / densevit
-        layout) is converted and loaded by ``densevit.checkpoint.load.load_pretrained``."""
+        layout) is converted and loaded by ``densevit.checkpoint.pretrained.load_pretrained``."""
         if not self._is_init:
             for m in self.modules():
                 if init_linear_or_norm(m):
@@ -362,21 +340,6 @@ class MixVisionTransformer(BaseModule):
                     if m.bias is not None:
                         nn.init.zeros_(m.bias)
         super().init_weights()
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # Official / HF checkpoints use other names; convert them here, before
-        # the children load, so a Pretrained init_cfg or load_state_dict just
-        # works. Our own layout passes through untouched.
-        own = [k for k in state_dict if k.startswith(prefix)]
-        sub = {k[len(prefix):]: state_dict[k] for k in own}
-        layout = detect_mit_layout(sub) if sub else None
-        if layout not in (None, 'densevit'):
-            converted = convert_mit(sub)
-            for k in own:
-                del state_dict[k]
-            state_dict.update({prefix + k: v for k, v in converted.items()})
-            self.checkpoint_options(**converted.options)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x):
         """x [B, C, H, W] -> tuple of NCHW maps (see class docstring)."""

@@ -13,7 +13,7 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from densevit.checkpoint.load import loads_pretrained
+from densevit.checkpoint.pretrained import loads_pretrained
 from densevit.checkpoint.resnet import convert_resnet
 from densevit.models.layers import frozen_bn  # noqa: F401  registers norm type 'FrozenBN'
 from densevit.models.layers.conv_norm import conv_norm

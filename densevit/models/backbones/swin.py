@@ -1,13 +1,11 @@
 """Swin Transformer backbone (Liu et al. 2021, "Hierarchical Vision Transformer using Shifted
 Windows")."""
-import logging
 
 import torch.nn.functional as F
-from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
 
-from densevit.checkpoint.load import loads_pretrained
+from densevit.checkpoint.pretrained import loads_pretrained
 from densevit.checkpoint.swin import convert_swin
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed_builder import (
@@ -84,15 +82,13 @@ class SwinTransformer(BaseModule):
             ``'learned_1d'``; any absolute type of the position family
             (``learned_1d``, ``learned_2d``, ``sincos_2d``) may be named. Only
             placement 'stem' applies: token width and grid change per stage.
-        always_shift (bool, optional): True: every second block of a stage shifts
-            its windows, whatever the map size (the dense-prediction codes:
-            MMSegmentation, MMDetection, HF ``SwinBackbone``). False: a stage whose map's shorter side is no
-            longer than the window does not shift (Swin's classifiers: official
-            and timm at their training size, HF ``SwinModel``; e.g. the 7x7 last
-            stage at 224). None (default): True, unless a checkpoint loaded
-            through ``init_cfg`` comes from a classifier (see
-            :meth:`checkpoint_options`). Set it in configs that fine-tune, so
-            the trained model tests the same way when reloaded.
+        always_shift (bool): True (default): every second block of a stage shifts its
+            windows, whatever the map size (the dense-prediction codes: MMSegmentation,
+            MMDetection, HF ``SwinBackbone``). False: a stage whose map's shorter side is
+            no longer than the window does not shift (Swin's classifiers: official and
+            timm at their training size, HF ``SwinModel``; e.g. the 7x7 last stage at
+            224). A checkpoint never changes it; where its origin used the other rule,
+            one WARNING line names both.
         with_cp (bool): gradient checkpointing of every block (saves memory).
         frozen_stages (int): -1 trains all; 0 freezes the patch embedding (and
             absolute position table); k > 0 also stages 0..k-1 with their merging
@@ -108,7 +104,7 @@ class SwinTransformer(BaseModule):
     def __init__(self, arch='tiny', pretrain_img_size=224, patch_size=4, in_channels=3,
                  window_size=7, mlp_ratio=4., qkv_bias=True, drop_rate=0., attn_drop_rate=0.,
                  drop_path_rate=0.1, out_indices=(0, 1, 2, 3), use_abs_pos_embed=False,
-                 always_shift=None, with_cp=False, frozen_stages=-1, init_cfg=None):
+                 always_shift=True, with_cp=False, frozen_stages=-1, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         setting = _arch_setting(arch)
         C, depths, heads = setting['embed_dims'], setting['depths'], setting['num_heads']
@@ -132,10 +128,9 @@ class SwinTransformer(BaseModule):
             self.layers.append(SwinStage(
                 C * 2 ** i, depths[i], heads[i], window_size,
                 drop_path_rates=dpr[first:first + depths[i]], downsample=i < num_stages - 1,
-                with_cp=with_cp, always_shift=always_shift is not False, mlp_ratio=mlp_ratio,
+                with_cp=with_cp, always_shift=bool(always_shift), mlp_ratio=mlp_ratio,
                 qkv_bias=qkv_bias, drop_rate=drop_rate, attn_drop_rate=attn_drop_rate))
 
-        self._always_shift_cfg = always_shift  # None: follows the checkpoint's origin
         self.out_indices = [i % num_stages for i in out_indices]
         if not self.out_indices or any(not -num_stages <= i < num_stages for i in out_indices):
             raise IndexError(f'out_indices {out_indices} out of range for {num_stages} stages')
@@ -159,31 +154,6 @@ class SwinTransformer(BaseModule):
         for stage in self.layers:
             for block in stage.blocks:
                 block.always_shift = bool(value)
-
-    def checkpoint_options(self, always_shift=None, **unknown):
-        """Take the options of a checkpoint's origin (called when one is loaded).
-
-        Args:
-            always_shift (bool, optional): the origin's shift rule (MMSegmentation,
-                HF ``SwinBackbone``: True; official / timm / HF ``SwinModel``
-                classifiers: False). A value set in the config wins (logged).
-        """
-        if unknown:
-            print_log(f'SwinTransformer: ignoring unknown checkpoint options {unknown}',
-                      logger='current', level=logging.WARNING)
-        if always_shift is None or bool(always_shift) == self.always_shift:
-            return
-        if self._always_shift_cfg is not None:
-            print_log(f'SwinTransformer: the checkpoint comes from a model built with '
-                      f'always_shift={always_shift}; keeping always_shift='
-                      f'{self._always_shift_cfg} set in the config', logger='current')
-            return
-        rule = ('shifted windows in every stage' if always_shift else
-                'no shift in a stage whose map is no larger than the window')
-        print_log(f'SwinTransformer: always_shift={always_shift} ({rule}), as in the model the '
-                  f'checkpoint comes from; set always_shift in the config to keep it when this '
-                  f'model is reloaded', logger='current')
-        self.always_shift = always_shift
 
     @staticmethod
     def _build_abs_pos_embed(cfg, embed_dims, grid_hw):
@@ -220,7 +190,7 @@ class SwinTransformer(BaseModule):
     def init_weights(self):
         """Swin init: truncated normal (std .02) for Linear weights and bias tables,
         zero biases, LayerNorm to identity; then ``init_cfg`` (Pretrained: converted
-        and loaded by :func:`densevit.checkpoint.load.load_pretrained`)."""
+        and loaded by :func:`densevit.checkpoint.pretrained.load_pretrained`)."""
         if not self._is_init:
             for m in self.modules():
                 if init_linear_or_norm(m):

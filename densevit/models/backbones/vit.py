@@ -13,7 +13,7 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from densevit.checkpoint.load import loads_pretrained, split_pretrained
+from densevit.checkpoint.pretrained import loads_pretrained, split_pretrained
 from densevit.checkpoint.vit import check_vit_size, checkpoint_grid, convert_vit
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
@@ -111,10 +111,10 @@ class VisionTransformer(BaseModule):
         drop_path_rate (float): stochastic depth, rising linearly from 0 at the
             first layer to this value at the last.
         qkv_bias (bool): bias on the qkv projection.
-        layer_norm_eps (float, optional): epsilon of every LayerNorm (blocks and final
-            norm). None: 1e-6 (timm, MMSegmentation), or the value a loaded checkpoint's
-            origin implies (Hugging Face ViT: 1e-12; see :meth:`checkpoint_options`);
-            a number given here is kept whatever the checkpoint.
+        layer_norm_eps (float): epsilon of every LayerNorm (blocks and final norm):
+            1e-6 as timm and MMSegmentation; Hugging Face ViT uses 1e-12. A loaded
+            checkpoint never changes it: where the file's origin used another value,
+            one WARNING line names both (``densevit.checkpoint.match.option_changes``).
         final_norm (bool): LayerNorm on the last layer's output (pre-norm layers
             leave it un-normalised); returned when the last layer is an output.
         interpolate_mode (str): how learned position tables are resized.
@@ -157,7 +157,7 @@ class VisionTransformer(BaseModule):
 
     def __init__(self, arch='B', img_size=224, patch_size=16, in_channels=3,
                  with_cls_token=True, out_indices=-1, drop_rate=0., attn_drop_rate=0.,
-                 drop_path_rate=0., qkv_bias=True, layer_norm_eps=None, final_norm=True,
+                 drop_path_rate=0., qkv_bias=True, layer_norm_eps=1e-6, final_norm=True,
                  interpolate_mode='bicubic', pos_embed=DEFAULT,
                  stem=None, pos_grid=None, pad_to_patch=False, frozen_stages=-1, with_cp=False,
                  init_cfg=None):
@@ -169,8 +169,7 @@ class VisionTransformer(BaseModule):
         self.embed_dims = D = setting['embed_dims']
         self.num_layers = setting['num_layers']
         self.patch_size = patch_size
-        self.layer_norm_eps_given = layer_norm_eps is not None
-        eps = 1e-6 if layer_norm_eps is None else layer_norm_eps
+        eps = layer_norm_eps
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
 
         stem_stride = 1
@@ -283,34 +282,13 @@ class VisionTransformer(BaseModule):
                 nn.init.trunc_normal_(self.cls_token, std=.02)
         super().init_weights()
 
-    def checkpoint_options(self, layer_norm_eps=None):
-        """Options implied by a checkpoint's origin (``Layout.options``), set before loading.
-
-        Args:
-            layer_norm_eps (float, optional): the origin's LayerNorm epsilon (HF ViT
-                1e-12, timm / MMSegmentation 1e-6); ignored, with an INFO line when it
-                differs, if the config gave ``layer_norm_eps`` explicitly.
-        """
-        if layer_norm_eps is None:
-            return
-        norms = [m for m in self.modules() if isinstance(m, nn.LayerNorm)]
-        current = norms[0].eps if norms else layer_norm_eps
-        if self.layer_norm_eps_given:
-            if current != layer_norm_eps:
-                print_log(f'VisionTransformer: keeping layer_norm_eps={current} from the config; '
-                          f'the checkpoint was made with {layer_norm_eps}', logger='current')
-            return
-        for m in norms:
-            m.eps = layer_norm_eps
+    @property
+    def layer_norm_eps(self):
+        """The LayerNorm epsilon in use (compared with a checkpoint origin's)."""
+        norm = next((m for m in self.modules() if isinstance(m, nn.LayerNorm)), None)
+        return None if norm is None else norm.eps
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # timm stores the table as a bare ``pos_embed`` parameter; ours lives in
-        # a module (``pos_embed.weight``) so other PE types can replace it.
-        # Renaming here, before the children are loaded, makes timm's layout load.
-        bare, ours = prefix + 'pos_embed', prefix + 'pos_embed.weight'
-        if isinstance(self.pos_embed, LearnedPositionEmbedding) and bare in state_dict \
-                and ours not in state_dict:
-            state_dict[ours] = state_dict.pop(bare)
         if self.cls_token is None and prefix + 'cls_token' in state_dict:
             self._drop_class_token(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

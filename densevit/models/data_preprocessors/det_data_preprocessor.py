@@ -1,17 +1,19 @@
 """Batch preparation for detectors: float, normalize, pad, record shapes."""
-from mmengine.model import ImgDataPreprocessor
-
 from densevit.registry import MODELS
+
+from .token_limit import TokenLimitedPreprocessor
 
 
 @MODELS.register_module()
-class DetDataPreprocessor(ImgDataPreprocessor):
+class DetDataPreprocessor(TokenLimitedPreprocessor):
     """mmengine's ``ImgDataPreprocessor`` plus detection metainfo.
 
     Pads every image at the bottom/right to the batch's largest size rounded up to
     ``pad_size_divisor`` (set it to the backbone's patch size or stride), so boxes in
     pixels of ``img_shape`` stay valid; records ``batch_input_shape`` and
-    ``pad_shape`` (h, w) in each DataSample for padding masks.
+    ``pad_shape`` (h, w) in each DataSample for padding masks. An image of more than
+    ``max_tokens`` patches of ``patch_size`` pixels is refused first, naming its file
+    (``token_limit.py``).
 
     Input: ``dict(inputs=list of uint8 [C, H_i, W_i], data_samples=list of DataSample)``.
     Output: ``dict(inputs=float [B, C, H, W], data_samples=...)``.

@@ -2,14 +2,15 @@
 import math
 
 import torch.nn.functional as F
-from mmengine.model import ImgDataPreprocessor
 from mmengine.structures import PixelData
 
 from densevit.registry import MODELS
 
+from .token_limit import DEFAULT_MAX_TOKENS, TokenLimitedPreprocessor
+
 
 @MODELS.register_module()
-class SegDataPreprocessor(ImgDataPreprocessor):
+class SegDataPreprocessor(TokenLimitedPreprocessor):
     """mmengine's ``ImgDataPreprocessor`` (BGR->RGB, normalize, pad) plus label padding.
 
     Images are padded at the bottom/right with ``pad_val`` (after normalization, so 0
@@ -27,6 +28,8 @@ class SegDataPreprocessor(ImgDataPreprocessor):
             the crop size (crops of small images come out smaller).
         size_divisor (int, optional): pad to multiples of this (e.g. the patch size).
         pad_val (float): image padding value; seg_pad_val (int): label padding value.
+        patch_size (int), max_tokens (int | None): an image of more than ``max_tokens``
+            patches of ``patch_size`` pixels is refused, naming its file (``token_limit.py``).
 
     Sets ``batch_input_shape`` and ``pad_shape`` (h, w) in every DataSample.
 
@@ -35,10 +38,12 @@ class SegDataPreprocessor(ImgDataPreprocessor):
     """
 
     def __init__(self, mean=None, std=None, bgr_to_rgb=False, rgb_to_bgr=False, size=None,
-                 size_divisor=None, pad_val=0, seg_pad_val=255, non_blocking=False):
+                 size_divisor=None, pad_val=0, seg_pad_val=255, non_blocking=False,
+                 patch_size=16, max_tokens=DEFAULT_MAX_TOKENS):
         super().__init__(mean=mean, std=std, pad_size_divisor=size_divisor or 1,
                          pad_value=pad_val, bgr_to_rgb=bgr_to_rgb, rgb_to_bgr=rgb_to_bgr,
-                         non_blocking=non_blocking)
+                         non_blocking=non_blocking, patch_size=patch_size,
+                         max_tokens=max_tokens)
         self.size = tuple(size) if size is not None else None
         self.seg_pad_val = seg_pad_val
 

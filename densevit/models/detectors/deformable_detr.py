@@ -22,14 +22,15 @@ class DeformableDETR(DETR):
 
     def __init__(self, backbone, bbox_head, neck=None, feat_indices=None,
                  data_preprocessor=None, train_cfg=None, test_cfg=None, init_cfg=None):
-        super().__init__(backbone, bbox_head, neck=neck,
-                         feat_index=None if feat_indices is None else tuple(feat_indices),
+        # set before DETR's __init__, which asks head_in_channels for the head's input widths
+        self.feat_indices = None if feat_indices is None else tuple(feat_indices)
+        super().__init__(backbone, bbox_head, neck=neck, feat_index=None,
                          data_preprocessor=data_preprocessor, train_cfg=train_cfg,
                          test_cfg=test_cfg, init_cfg=init_cfg)
 
     def _select(self, items):
         items = list(items)
-        return items if self.feat_index is None else [items[i] for i in self.feat_index]
+        return items if self.feat_indices is None else [items[i] for i in self.feat_indices]
 
     def head_in_channels(self, channels):
         return self._select(channels)

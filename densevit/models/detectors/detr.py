@@ -3,11 +3,12 @@ import torch
 import torch.nn.functional as F
 from mmengine.model import BaseModel
 
+from densevit.models.size_groups import SizeGroupedPredict
 from densevit.registry import MODELS
 
 
 @MODELS.register_module()
-class DETR(BaseModel):
+class DETR(SizeGroupedPredict, BaseModel):
     """End-to-end detector ``backbone -> [neck] -> bbox_head``.
 
     Args:
@@ -15,6 +16,10 @@ class DETR(BaseModel):
             the channels of the feature map it reads.
         feat_index (int): which backbone/neck output feeds the head (-1: the last).
         data_preprocessor (dict): usually ``DetDataPreprocessor``.
+
+    ``val_step`` / ``test_step`` predict each group of same-size images of a batch on its
+    own (``densevit/models/size_groups.py``): the padding mask reaches DETR's transformer
+    but not the backbone's attention, so a padded batch would predict otherwise.
     """
 
     def __init__(self, backbone, bbox_head, neck=None, feat_index=-1, data_preprocessor=None,

@@ -10,7 +10,7 @@ the map size (``always_shift=True``); the classification models (official and ti
 at their training size, HF ``SwinModel`` at any size) do not shift in a stage whose
 map's shorter side is no longer than the window M, e.g. the 7x7 last stage of a 224
 model with M = 7 (``always_shift=False``). Both are offered; checkpoints pick the
-one of their origin (see ``SwinTransformer.checkpoint_options``). A map smaller than
+one of their origin (``SwinTransformer(always_shift=...)``). A map smaller than
 M keeps the M x M window here (zero-padded); the classifiers would shrink the window
 (HF ``SwinModel`` then fails on its bias table), so there is no reference for it.
 """

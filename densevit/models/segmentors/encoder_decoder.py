@@ -6,6 +6,7 @@ from torch import nn
 
 from densevit.models.heads.decode_head import class_argmax
 from densevit.models.segmentors.sliding_window import slide_logits
+from densevit.models.size_groups import SizeGroupedPredict
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 from densevit.utils.precision import at_least_fp32
@@ -16,7 +17,7 @@ def _prefixed(losses, prefix):
 
 
 @MODELS.register_module()
-class EncoderDecoder(BaseModel):
+class EncoderDecoder(SizeGroupedPredict, BaseModel):
     """Semantic segmentation with one decode head and optional auxiliary heads.
 
     Args:
@@ -36,6 +37,9 @@ class EncoderDecoder(BaseModel):
 
     Loss keys: ``decode.<key>`` from the decode head, ``aux_<i>.<key>`` from auxiliary
     head ``i`` (mmengine sums those containing ``loss``; ``acc_seg`` is only logged).
+
+    ``val_step`` / ``test_step`` predict each group of same-size images of a batch on its
+    own (``densevit/models/size_groups.py``), so the test batch size changes nothing.
     """
 
     def __init__(self, backbone, decode_head, neck=None, auxiliary_head=None, train_cfg=None,

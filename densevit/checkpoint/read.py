@@ -1,4 +1,12 @@
-"""Allow-list for ``torch.load(weights_only=True)``.
+"""Reading checkpoints: the one place a file or URL becomes tensors, safely.
+
+Every checkpoint densevit reads (``load_from``, ``--resume``, ``tools/test.py``,
+``init_model``, ``init_cfg`` Pretrained, the converters) passes through
+:func:`load_checkpoint_safely` (the object as saved) or :func:`read_checkpoint` (its
+tensors as a flat dict): ``torch.load(weights_only=True)`` with the allow-list below,
+or safetensors; a URL is downloaded to torch's hub cache first.
+
+Allow-list for ``torch.load(weights_only=True)``.
 
 mmengine 0.10 saves a few non-tensor objects in its checkpoints (its
 ``HistoryBuffer`` in the message hub, numpy arrays and scalars inside it) and
@@ -12,9 +20,12 @@ writes as ``getattr(HistoryBuffer, 'min')``. ``builtins.getattr`` itself would
 let a file reach any attribute of any allowed object, so the name is bound to
 :func:`checkpoint_getattr`, which resolves only those few methods.
 """
+import json
 import os
 import pickle
 import re
+import zipfile
+from collections import OrderedDict
 from urllib.parse import urlparse
 
 import numpy as np
@@ -135,22 +146,36 @@ def load_checkpoint_safely(path, map_location='cpu', mmap=False):
             f'trust, re-save its tensors alone (its state_dict) in a trusted environment.'
         ) from None
     except (RuntimeError, EOFError) as e:
-        if 'zip' in str(e) or 'central directory' in str(e) or isinstance(e, EOFError):
+        if isinstance(e, EOFError) or not _whole_zip(path):
             raise CorruptCheckpointError(f'checkpoint {path} is truncated or corrupt (an interrupted '
-                               f'save or copy?): {e}') from None
+                                         f'save or copy?): {e}') from None
         raise
 
 
-def _load_safetensors(path, map_location):
+def _whole_zip(path):
+    """Whether ``path`` is a complete zip archive (torch.save's format) with intact members."""
     try:
-        from safetensors import SafetensorError
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return False
+
+
+def _load_safetensors(path, map_location):
+    """The tensors of a ``.safetensors`` file; ``{'state_dict', 'meta'}`` when a densevit
+    converter recorded a meta in its metadata."""
+    try:
+        from safetensors import SafetensorError, safe_open
         from safetensors.torch import load_file
     except ImportError as e:
         raise ImportError(f'{path}: reading .safetensors needs `pip install safetensors`') from e
     try:
-        return load_file(path, device=str(map_location))
+        tensors = load_file(path, device=str(map_location))
+        with safe_open(path, 'pt') as f:
+            recorded = (f.metadata() or {}).get('densevit_meta')
     except SafetensorError as e:
         raise CorruptCheckpointError(f'checkpoint {path} is truncated or corrupt: {e}') from None
+    return {'state_dict': tensors, 'meta': json.loads(recorded)} if recorded else tensors
 
 
 def use_safe_checkpoint_loader():
@@ -164,19 +189,59 @@ def use_safe_checkpoint_loader():
     """
     import mmengine.runner.checkpoint as mm_checkpoint
     mm_checkpoint.CheckpointLoader.register_scheme(
-        prefixes='', loader=load_from_weights_only, force=True)
+        prefixes='', loader=mmengine_loader, force=True)
     mm_checkpoint.CheckpointLoader.register_scheme(
-        prefixes=('http://', 'https://'), loader=load_from_weights_only, force=True)
-    mm_checkpoint.load_from_http = load_from_weights_only_url
+        prefixes=('http://', 'https://'), loader=mmengine_loader, force=True)
+    mm_checkpoint.load_from_http = mmengine_loader
 
 
-def load_from_weights_only(filename, map_location=None):
-    """:func:`load_checkpoint_safely` under the name mmengine logs: it prints the
-    loader's name from its 11th character on ("Loads checkpoint by weights_only
-    backend from path: ...")."""
+def mmengine_loader(filename, map_location=None, model_dir=None, progress=True):
+    """:func:`load_checkpoint_safely` with the signature of mmengine's loaders (its
+    ``load_from_http`` takes ``model_dir`` and ``progress``; the cache is torch's)."""
     return load_checkpoint_safely(filename, map_location or 'cpu')
 
 
-def load_from_weights_only_url(filename, map_location=None, model_dir=None, progress=True):
-    """mmengine's ``load_from_http`` signature, read through :func:`load_checkpoint_safely`."""
-    return load_checkpoint_safely(filename, map_location or 'cpu')
+# Dict keys under which training scripts nest the weights (mmengine, the
+# official DETR / Swin / DeiT / MAE repos, DDP wrappers).
+_NESTING_KEYS = ('state_dict', 'model', 'module', 'model_state', 'net')
+_SHOW = 10
+
+
+def read_checkpoint(path, map_location='cpu'):
+    """The tensors of a checkpoint file or URL as a flat ``{name: tensor}`` dict
+    (:func:`load_checkpoint_safely`, then :func:`flatten_checkpoint`)."""
+    path = os.fspath(path)
+    return flatten_checkpoint(load_checkpoint_safely(path, map_location=map_location), path)
+
+
+def flatten_checkpoint(obj, path):
+    """The ``{name: tensor}`` dict inside a loaded checkpoint object: nested ``{'model':
+    ...}`` / ``{'state_dict': ...}`` wrappers and a DDP ``module.`` prefix removed."""
+    while isinstance(obj, dict) and not any(torch.is_tensor(v) for v in obj.values()):
+        inner = next((obj[k] for k in _NESTING_KEYS if isinstance(obj.get(k), dict)), None)
+        if inner is None:
+            raise ValueError(f'{path}: no weights found; top-level keys: {list(obj)[:_SHOW]}')
+        obj = inner
+    if not isinstance(obj, dict):
+        raise ValueError(f'{path}: expected a dict of tensors, got {type(obj).__name__}')
+    tensors = OrderedDict((k, v) for k, v in obj.items() if torch.is_tensor(v))
+    if tensors and all(k.startswith('module.') for k in tensors):
+        tensors = OrderedDict((k[len('module.'):], v) for k, v in tensors.items())
+    return tensors
+
+
+def select_prefix(state_dict, prefix):
+    """Keys under ``prefix`` (e.g. 'backbone.') with the prefix removed."""
+    if not prefix:
+        return state_dict
+    out = OrderedDict((k[len(prefix):], v) for k, v in state_dict.items() if k.startswith(prefix))
+    if not out:
+        raise ValueError(f'no checkpoint key starts with {prefix!r}; first keys: '
+                         f'{list(state_dict)[:_SHOW]}')
+    return out
+
+
+def checkpoint_meta(obj):
+    """The ``meta`` dict of a loaded checkpoint object (mmengine's, or a converter's), or {}."""
+    meta = obj.get('meta') if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}

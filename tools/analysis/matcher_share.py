@@ -1,5 +1,0 @@
-"""Moved to benchmarks/matcher_share.py; this path forwards there until the next release."""
-from densevit.utils.moved import forward
-
-if __name__ == '__main__':
-    forward(__file__, 'benchmarks/matcher_share.py')
