@@ -5,6 +5,7 @@ import os
 import os.path as osp
 import sys
 
+from mmengine.dist import is_main_process
 from mmengine.evaluator import DumpResults
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
@@ -21,6 +22,7 @@ from densevit.engine.cli import (
 from densevit.engine.launch import setup_launcher, shutdown_distributed
 from densevit.engine.runner import Runner
 from densevit.models.tta.support import apply_tta
+from densevit.utils.provenance import add_json_argument, write_result
 
 
 def parse_args(argv=None):
@@ -37,6 +39,7 @@ def parse_args(argv=None):
                         'post-processing and metric (needs the deploy extra)')
     p.add_argument('--work-dir', help='where logs and metrics go')
     p.add_argument('--out', help='dump the raw predictions to this .pkl file')
+    add_json_argument(p, 'the metrics, with the config, checkpoint and options of the run')
     p.add_argument('--show-dir', help='write a PNG per image with its predictions to '
                    'WORK_DIR/TIMESTAMP/SHOW_DIR')
     p.add_argument('--score-thr', type=float, default=0.3, help='drawing threshold for --show-dir')
@@ -123,9 +126,14 @@ def main(argv=None):
     if args.out:
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     try:
-        runner.test()
+        metrics = runner.test()
     except (*ONE_LINE_ERRORS, *IMAGE_ERRORS) as e:  # also from a DataLoader worker
         return report([one_line(e)])
+    if args.json and is_main_process():
+        write_result(args.json, metrics, config=args.config, checkpoint=args.checkpoint,
+                     backend=args.backend, tta=args.tta, tta_ratios=args.tta_ratios,
+                     tta_flip=not args.tta_no_flip, bf16=args.bf16,
+                     cfg_options=args.cfg_options)
     shutdown_distributed()
     if args.show_dir:
         # mmengine's visualization hooks write under the run's timestamped log dir
