@@ -6,7 +6,8 @@
 Each seed S trains ``tools/train.py CONFIG --cfg-options randomness.seed=S`` in its own
 process, in ``WORK_ROOT/NAME/seedS``, and on success writes ``RESULTS/NAME/seedS.json``
 (:func:`densevit.utils.provenance.write_result`: command, commit, CPU model, threads):
-every validation's metrics by iteration, the last validation's, and the wall time.
+every validation's metrics by iteration, the last validation's, the wall time, and each
+attempt's provenance taken when it started (the commit and tree that trained).
 Stopped at any point (Ctrl-C, a lost machine, the end of a session), the same command
 goes on: seeds with a metrics file are skipped, a seed with a checkpoint resumes from it
 (``--resume``) and its wall time adds up over the attempts. When every seed is done,
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from densevit.utils.provenance import write_result
+from densevit.utils.provenance import provenance, write_result
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
@@ -54,16 +55,21 @@ def validations(work_dir):
     return dict(sorted(found.items()))
 
 
+def lower_is_better(key):
+    """Losses and objectives (MAE's ``pretrain/objective``); AP, mIoU, accuracy are not."""
+    return any(word in key.lower() for word in ('loss', 'objective', 'error'))
+
+
 def summarise(runs):
     """Per metric of the last validation: each seed's value, min, max and the worst seed
-    (the lowest; every metric logged here is higher-is-better: AP, mIoU, accuracy)."""
+    (the lowest, or the highest for a loss / objective: :func:`lower_is_better`)."""
     keys = sorted({k for run in runs.values() for k in run['last']})
     table = {}
     for key in keys:
         values = {seed: run['last'][key] for seed, run in runs.items() if key in run['last']}
-        worst = min(values, key=values.get)
+        pick = max if lower_is_better(key) else min
         table[key] = dict(values=values, min=min(values.values()), max=max(values.values()),
-                          worst_seed=worst)
+                          worst_seed=pick(values, key=values.get))
     return table
 
 
@@ -84,11 +90,13 @@ def run_seed(args, seed):
     if args.threads:
         env['OMP_NUM_THREADS'] = str(args.threads)
     print(f'seed {seed}: {"resuming" if resumed else "training"} in {work}', flush=True)
+    started = provenance()  # the code that trains: edits made meanwhile do not count
     start = time.time()
     rc = subprocess.call(command, env=env)
     attempts_file = osp.join(work, 'run_seeds_attempts.json')
     attempts = json.load(open(attempts_file)) if osp.isfile(attempts_file) else []
-    attempts.append(dict(seconds=round(time.time() - start, 1), exit_code=rc, resumed=resumed))
+    attempts.append(dict(seconds=round(time.time() - start, 1), exit_code=rc, resumed=resumed,
+                         started=started))
     os.makedirs(work, exist_ok=True)
     with open(attempts_file, 'w') as f:
         json.dump(attempts, f)

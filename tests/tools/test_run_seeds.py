@@ -73,3 +73,14 @@ def test_a_second_call_skips_what_is_done(study):
     again = _run(study['config'], study['root'], [0, 1])
     assert again.returncode == 0 and 'seed 0: done' in again.stdout
     assert (study['root'] / 'results/tiny/seed0.json').read_text() == before
+
+
+def test_the_worst_seed_of_a_loss_is_the_highest():
+    run_seeds = load_tool('tools/run_seeds.py')
+    runs = {0: dict(last={'pretrain/objective': 0.30, 'coco/bbox_mAP': 0.5}),
+            1: dict(last={'pretrain/objective': 0.35, 'coco/bbox_mAP': 0.4})}
+    table = run_seeds.summarise(runs)
+    assert table['pretrain/objective']['worst_seed'] == 1
+    assert table['coco/bbox_mAP']['worst_seed'] == 1
+    runs[1]['last']['pretrain/objective'] = 0.25
+    assert run_seeds.summarise(runs)['pretrain/objective']['worst_seed'] == 0
