@@ -253,8 +253,14 @@ def convert_vit(state_dict, strict=False):
     """
     ours = densevit_model_layout(state_dict)
     layouts = [ours] if ours is not None else []
-    return convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF, MMSEG],
-                              'ViT', strict)
+    out = convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF, MMSEG],
+                             'ViT', strict)
+    if out.layout == TIMM.name and 'pos_embed' not in state_dict and \
+            any(k.startswith('pos_embed.') for k in state_dict):
+        # densevit's own ViT (its table in a module): timm's rules read it, but its origin
+        # (and so its LayerNorm eps) is not timm's: a converted file's meta tells it
+        out.layout, out.options = 'densevit ViT', {}
+    return out
 
 
 # timm: official MAE files holding the encoder alone; HF: ViTMAEModel (ViTModel's keys)

@@ -215,3 +215,25 @@ def test_class_token_row_dropped_for_a_vit_without_class_token(tmp_path, log_lin
     torch.testing.assert_close(dst.pos_embed.weight,
                                src.pos_embed.table((6, 6))[:, 1:])
     assert any('cls_token and its position row dropped' in m for _, m in log_lines)
+
+
+def test_a_file_converted_before_options_were_recorded_warns_that_they_are_unknown(
+        tmp_path, log_lines):
+    """A bare state dict in densevit's layout (what the converters wrote before they kept
+    the origin's options in a meta) loads with the config's options and one warning."""
+    src = randomize_(_ours())
+    torch.save(src.state_dict(), tmp_path / 'old_converted.pth')
+    dst = _ours(init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'old_converted.pth')))
+    dst.init_weights()
+    torch.testing.assert_close(dst.blocks[0].attn.qkv.weight, src.blocks[0].attn.qkv.weight)
+    (line,) = [m for lvl, m in log_lines if lvl == logging.WARNING and 'origin options' in m]
+    assert 'old_converted.pth records no origin options' in line
+    assert "the config's are used ({'layer_norm_eps': 1e-06})" in line
+    # densevit's own training checkpoints carry mmengine's meta: no warning
+    log_lines.clear()
+    torch.save({'state_dict': {f'backbone.{k}': v for k, v in src.state_dict().items()},
+                'meta': {'iter': 4}}, tmp_path / 'iter_4.pth')
+    again = _ours(init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'iter_4.pth'),
+                                prefix='backbone.'))
+    again.init_weights()
+    assert not [m for _, m in log_lines if 'origin options' in m]

@@ -235,7 +235,10 @@ def test_convert_mae_refuses_other_checkpoints():
     """tools/convert/mae.py's converter: MAE layouts only (an official file holding the
     encoder alone is timm's layout); a whole detector is refused, naming its layout."""
     sd = dict(_vit().state_dict())
-    assert convert_mae(sd).layout == 'timm ViT'
+    timm = dict(sd)
+    timm['pos_embed'] = timm.pop('pos_embed.weight')  # the encoder alone, timm's names
+    assert convert_mae(timm).layout == 'timm ViT'
+    assert convert_vit(sd).layout == 'densevit ViT'  # its table in a module: not timm's file
     detector = {**{f'backbone.{k}': v for k, v in sd.items()}, 'bbox_head.fc.bias': torch.ones(2)}
     with pytest.raises(ValueError, match=r'not an MAE checkpoint.*densevit detector'):
         convert_mae(detector)
