@@ -40,6 +40,10 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+# what mmengine logs beside a validation's metrics (``coco/bbox_mAP``, ``mIoU``, ...)
+_NOT_METRICS = ('step', 'time', 'data_time', 'epoch', 'iter')
+
+
 def validations(work_dir):
     """``{iteration: {metric: value}}`` of every validation logged in ``work_dir`` (all
     attempts; a resumed attempt's record of an iteration replaces the earlier one)."""
@@ -48,9 +52,11 @@ def validations(work_dir):
         with open(path) as f:
             for line in f:
                 record = json.loads(line) if line.strip() else {}
-                metrics = {k: v for k, v in record.items() if '/' in k and
-                           isinstance(v, (int, float))}
-                if metrics and 'step' in record:
+                if 'step' not in record or 'loss' in record:  # a training record
+                    continue
+                metrics = {k: v for k, v in record.items()
+                           if k not in _NOT_METRICS and isinstance(v, (int, float))}
+                if metrics:
                     found[int(record['step'])] = metrics
     return dict(sorted(found.items()))
 

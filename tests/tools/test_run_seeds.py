@@ -84,3 +84,19 @@ def test_the_worst_seed_of_a_loss_is_the_highest():
     assert table['coco/bbox_mAP']['worst_seed'] == 1
     runs[1]['last']['pretrain/objective'] = 0.25
     assert run_seeds.summarise(runs)['pretrain/objective']['worst_seed'] == 0
+
+
+def test_validations_are_the_records_without_a_loss(tmp_path):
+    """mmengine's scalars.json as a segmentation run writes it (metric keys without a '/'),
+    two attempts: a resumed attempt's record of an iteration replaces the first's."""
+    first, second = tmp_path / '20260101_000000/vis_data', tmp_path / '20260101_000100/vis_data'
+    for folder in (first, second):
+        folder.mkdir(parents=True)
+    first.joinpath('scalars.json').write_text(
+        '{"lr": 0.1, "loss": 2.0, "time": 0.1, "step": 1}\n'
+        '{"aAcc": 80.0, "mIoU": 20.0, "mAcc": 25.0, "data_time": 0.01, "time": 0.05, "step": 500}\n'
+        '{"mIoU": 30.0, "time": 0.05, "step": 1000}\n')
+    second.joinpath('scalars.json').write_text('{"mIoU": 31.0, "aAcc": 81.0, "step": 1000}\n')
+    found = load_tool('tools/run_seeds.py').validations(str(tmp_path))
+    assert found == {500: {'aAcc': 80.0, 'mIoU': 20.0, 'mAcc': 25.0},
+                     1000: {'mIoU': 31.0, 'aAcc': 81.0}}
