@@ -27,8 +27,7 @@ _FILE_ONLY = ('Hooks will be executed in the following order',
 _DROP = ('"FileClient" will be deprecated',
          '"HardDiskBackend" is the alias of',
          'The prefix is not set in metric class',
-         'Distributed training is not used, all SyncBatchNorm',
-         'Loads checkpoint by ')  # densevit logs what it loaded, with counts
+         'Distributed training is not used, all SyncBatchNorm')
 
 
 class _Drop(logging.Filter):
@@ -104,7 +103,11 @@ class Runner(MMEngineRunner):
         from mmengine.runner.checkpoint import _load_checkpoint
 
         from densevit.checkpoint.model import load_model_weights
-        checkpoint = _load_checkpoint(filename, map_location=map_location)
+        from densevit.checkpoint.read import is_url, load_checkpoint_safely
+        if '://' in str(filename) and not is_url(str(filename)):  # mmengine's other schemes
+            checkpoint = _load_checkpoint(filename, map_location=map_location)
+        else:  # read here: mmengine's loader prints an unformatted "Loads checkpoint by" line
+            checkpoint = load_checkpoint_safely(filename, map_location)
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         model = self.model.module if is_model_wrapper(self.model) else self.model
         if isinstance(model, BaseTTAModel):  # tools/test.py --tta: the weights are the module's
