@@ -13,6 +13,7 @@ A family module (e.g. :mod:`densevit.checkpoint.detr`) takes part by defining
 depend on the keys (e.g. box refinement present or not). Keys that are not model
 weights (an EMA copy, data preprocessor buffers) are skipped with a logged count.
 """
+import logging
 import importlib
 import re
 from collections import OrderedDict
@@ -147,5 +148,5 @@ def origin_and_options(module, state_dict, meta, source, logger='current'):
         print_log(f'{source} records no origin options (a bare state dict, or a file converted '
                   f'before densevit recorded them): if it was converted from another library, '
                   f'its options are unknown; the config\'s are used ({kept})', logger=logger,
-                  level=30)
+                  level=logging.WARNING)
     return None, {}

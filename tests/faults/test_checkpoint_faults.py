@@ -8,7 +8,6 @@
   (``--non-strict`` evaluates anyway).
 - A checkpoint carrying pickled code: refused with a message saying so, code not run.
 """
-import os
 import pickle
 import signal
 import subprocess
@@ -24,7 +23,7 @@ import densevit  # noqa: F401  (allow-list for checkpoints)
 from densevit.checkpoint.read import UnsafeCheckpointError, load_checkpoint_safely
 from densevit.engine.checkpoint_hook import read_last_checkpoint
 
-from tiny_checkpoints import trained_checkpoint
+from tiny_checkpoints import save_evil_checkpoint, trained_checkpoint
 from tiny_run import REPO, isolated, load_tool, subprocess_env, unique_names, write_config
 
 NO_VAL = ['train_cfg.val_begin=1000']
@@ -157,20 +156,10 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(train_tool, tmp_path,
     assert load_checkpoint_safely(latest)['meta']['iter'] == 4  # written again, whole
 
 
-class _Payload:
-    """Unpickling this runs a shell command (the classic malicious checkpoint)."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f'touch {self.marker}',)
-
-
 def test_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
     marker = tmp_path / 'pwned'
     evil = tmp_path / 'evil.pth'
-    torch.save({'state_dict': {'w': torch.zeros(1)}, 'meta': _Payload(marker)}, evil)
+    save_evil_checkpoint(evil, marker)
     with pytest.raises(UnsafeCheckpointError,
                        match=r'^the global posix\.system: refusing to load .*evil\.pth') as e:
         load_checkpoint_safely(evil)

@@ -21,19 +21,10 @@ from densevit.checkpoint.read import (
     load_checkpoint_safely,
 )
 
+from tiny_checkpoints import save_evil_checkpoint
 from tiny_run import isolated, load_tool, unique_names, write_config
 
 URL = 'https://example.invalid/models/evil_detector.pth'
-
-
-class _Payload:
-    """Unpickling this runs a shell command (the classic malicious checkpoint)."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f'touch {self.marker}',)
 
 
 @pytest.fixture
@@ -47,7 +38,7 @@ def plant(url, marker):
     """An evil file where torch's hub cache keeps ``url``'s download."""
     path = cached_url_path(url)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    torch.save({'state_dict': {'w': torch.zeros(1)}, 'meta': _Payload(marker)}, path)
+    save_evil_checkpoint(path, marker)
     return path
 
 

@@ -6,7 +6,10 @@ base temporary folder and reused by every later caller, whichever test module as
 makes a ground truth it scores well on, for comparisons that must not be of zeros.
 """
 import json
+import os
 from pathlib import Path
+
+import torch
 
 from tiny_run import isolated, load_tool, unique_names, write_config, write_seg_config
 
@@ -50,3 +53,19 @@ def easy_ground_truth(ann_file, dets_file, out_file, num_replaced=3):
                          bbox=[x, y, w, h], area=w * h, iscrowd=0))
     gt['annotations'] = anns
     Path(out_file).write_text(json.dumps(gt))
+
+
+class PicklePayload:
+    """Unpickling this runs a shell command (the classic malicious checkpoint)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f'touch {self.marker}',)
+
+
+def save_evil_checkpoint(path, marker):
+    """A checkpoint at ``path`` whose unpickling would create ``marker``."""
+    torch.save({'state_dict': {'w': torch.zeros(1)}, 'meta': PicklePayload(marker)}, path)
+    return path
