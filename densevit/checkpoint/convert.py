@@ -13,8 +13,8 @@ A family module (e.g. :mod:`densevit.checkpoint.detr`) takes part by defining
 depend on the keys (e.g. box refinement present or not). Keys that are not model
 weights (an EMA copy, data preprocessor buffers) are skipped with a logged count.
 """
-import logging
 import importlib
+import logging
 import re
 from collections import OrderedDict
 
