@@ -19,7 +19,7 @@ from densevit.engine.cli import (
     one_line,
     report,
 )
-from densevit.engine.launch import setup_launcher, shutdown_distributed
+from densevit.engine.launch import exit_process, setup_launcher, shutdown_distributed
 from densevit.engine.runner import Runner
 from densevit.models.tta.support import apply_tta
 from densevit.utils.provenance import add_json_argument, write_result
@@ -142,4 +142,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    exit_process(main())

@@ -8,7 +8,6 @@ dir (``training_clock.csv``, ``curve.png``) and a checkpoint where it stopped.
 import argparse
 import os
 import os.path as osp
-import sys
 
 import densevit  # noqa: F401  (allow-lists checkpoint types for torch.load)
 from densevit.datasets.transforms.loading import IMAGE_ERRORS
@@ -23,7 +22,7 @@ from densevit.engine.cli import (
     report,
 )
 from densevit.engine.interrupt import TrainingInterrupted
-from densevit.engine.launch import setup_launcher, shutdown_distributed
+from densevit.engine.launch import exit_process, setup_launcher, shutdown_distributed
 from densevit.engine.runner import Runner
 from densevit.engine.training_clock_hook import NO_LIMIT
 from densevit.engine.work_dir_lock import acquire_work_dir, is_global_rank_zero, release_work_dir
@@ -149,4 +148,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    exit_process(main())

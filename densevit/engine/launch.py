@@ -65,6 +65,23 @@ def shutdown_distributed():
         dist.destroy_process_group()
 
 
+def exit_process(code):
+    """End a tool's process with ``code``.
+
+    After a failure a distributed run's process group is still open, and may have a
+    collective pending on a peer that hangs; tearing gloo down then aborts the process
+    ("terminate called without an active exception", killed by SIGABRT) and the exit
+    code is lost. In that case the streams are flushed and the process leaves without
+    running destructors; otherwise this is ``sys.exit(code)``.
+    """
+    import sys
+    if dist.is_available() and dist.is_initialized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def _first_slurm_host(nodelist):
     """The first host of a SLURM node list (``scontrol`` expands ``node[1-4]``)."""
     import subprocess
