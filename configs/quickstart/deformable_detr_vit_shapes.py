@@ -2,10 +2,10 @@
 # simple feature pyramid (ViTDet) making strides 8 and 16 from the ViT's stride-8 map and
 # the head adding a third level (stride 32) by a 3x3 stride-2 conv: 16x16 + 8x8 + 4x4 = 336
 # encoder tokens. (A stride-4 level, scale 2.0, would add 1,024 tokens: ~6x slower per step
-# on CPU.) Same data as detr_vit_shapes.py; a schedule that fits 20 minutes on 2 CPU cores.
+# on CPU.) Same data as detr_vit_shapes_vanilla.py; a schedule that fits 20 minutes on 2 CPU cores.
 #   python tools/train.py configs/quickstart/deformable_detr_vit_shapes.py
 #   python tools/train.py configs/quickstart/deformable_detr_vit_shapes.py --minutes 20  (on a clock)
-_base_ = ['./detr_vit_shapes.py']
+_base_ = ['./detr_vit_shapes_vanilla.py']  # its data and runtime; the head replaced
 
 embed_dims = 128
 model = dict(

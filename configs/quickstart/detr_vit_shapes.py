@@ -1,85 +1,33 @@
-# A small ViT + vanilla DETR on the procedural shapes data (generated under data/shapes/ on
-# first use). It does not leave its plateau (every query predicting the average box) in 20
-# minutes on a CPU: AP50 0.004 after 1,366 iterations (docs/benchmarks.md, "Earlier quickstart
-# measurements"); its full 2,400-iteration run has no recorded score. For a detector that
-# learns in that time use configs/quickstart/deformable_detr_vit_shapes.py; this model learns
-# its 16 training images in detr_vit_shapes_overfit16.py.
+# Quickstart: DETR on a plain ViT that learns -- the headline's architecture on the shapes data.
+# One single-scale map of the small ViT of detr_vit_shapes_vanilla.py (stride 8, 16x16 tokens),
+# no transformer encoder, no deformable attention: a DETR decoder whose cross-attention is
+# global, biased by each query's box (BoxRPB), as Plain-DETR (Lin et al. 2023); with two-stage
+# proposals from the map, mixed query selection, per-layer box refinement (look forward twice)
+# and a one-to-many branch (H-DETR's hybrid matching), all switchable in bbox_head (the
+# ablation in docs/detr_family.md). Data, batch 16 and schedule of the Deformable quickstart.
 #   python tools/train.py configs/quickstart/detr_vit_shapes.py
-_base_ = ['../_base_/models/detr.py', '../_base_/default_runtime.py']
+_base_ = ['./detr_vit_shapes_vanilla.py']
 
-data_root = 'data/shapes/'
-img_size = 128
-patch_size = 8
-shapes = dict(img_size=(img_size, img_size), max_objects=4, min_size=24, max_size=64, seed=0)
-classes = ('circle', 'rectangle', 'triangle')
-
-# DETR (models/detr.py) shrunk: a 4-layer ViT of width 128 on 8x8 patches, 20 queries,
-# 2 + 3 transformer layers, no dropout. The data preprocessor counts an image's tokens in
-# the ViT's patches: one over max_tokens (65,536 by default) is refused, naming its file.
+embed_dims = 128
 model = dict(
-    data_preprocessor=dict(pad_size_divisor=patch_size, patch_size=patch_size),
-    backbone=dict(
-        type='VisionTransformer',
-        arch=dict(embed_dims=128, num_layers=4, num_heads=4, feedforward_channels=512),
-        img_size=img_size, patch_size=patch_size, with_cls_token=False, drop_path_rate=0.0),
     bbox_head=dict(
-        num_classes=3, embed_dims=128, num_queries=20,
-        transformer=dict(num_heads=4, num_encoder_layers=2, num_decoder_layers=3,
-                         feedforward_channels=512, dropout=0.0)))
+        _delete_=True,
+        type='PlainDETRHead', num_classes=3, embed_dims=embed_dims, num_queries=30, num_heads=4,
+        num_encoder_layers=0, num_decoder_layers=3, feedforward_channels=512, dropout=0.0,
+        box_rpb=dict(hidden_dims=128, stride=8, mode='log8'),
+        as_two_stage=True, mixed_selection=True, look_forward_twice=True,
+        one_to_many=dict(num_queries=120, k=4, loss_weight=1.0),
+        num_dets=100,
+        criterion=dict(type='SetCriterion', use_focal=True, focal_alpha=0.25, focal_gamma=2.0,
+                       matcher=dict(type='HungarianMatcher', focal=True, cost_class=2.0,
+                                    cost_bbox=5.0, cost_giou=2.0),
+                       loss_weights=dict(loss_cls=2.0, loss_bbox=5.0, loss_iou=2.0))))
 
-train_pipeline = [
-    dict(type='LoadImage'),
-    dict(type='LoadDetAnnotations'),
-    dict(type='RandomFlip', prob=0.5),
-    dict(type='PackDetInputs'),
-]
-# The generated images are all img_size x img_size, the size training sees; other images are
-# resized to fit it (a no-op on the generated ones). Boxes are predicted in pixels of the
-# original image (divided by scale_factor), where CocoMetric scores them.
-test_pipeline = [
-    dict(type='LoadImage'),
-    dict(type='LoadDetAnnotations'),
-    dict(type='Resize', scale=(img_size, img_size), keep_ratio=True),
-    dict(type='PackDetInputs'),
-]
-
-train_dataloader = dict(
-    batch_size=16, num_workers=1, persistent_workers=True,
-    sampler=dict(type='InfiniteSampler', shuffle=True),
-    dataset=dict(
-        type='ShapesDataset', data_root=data_root, metainfo=dict(classes=classes),
-        ann_file='annotations/instances_train.json', data_prefix=dict(img='train/'),
-        filter_cfg=dict(filter_empty_gt=True), pipeline=train_pipeline,
-        generate=dict(shapes, num_images=4000, seed=0)))
-val_dataloader = dict(
-    batch_size=16, num_workers=1, persistent_workers=True,
-    sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(
-        type='ShapesDataset', data_root=data_root, metainfo=dict(classes=classes),
-        ann_file='annotations/instances_val.json', data_prefix=dict(img='val/'),
-        test_mode=True, pipeline=test_pipeline,
-        generate=dict(shapes, num_images=200, seed=1)))
-test_dataloader = val_dataloader
-val_evaluator = dict(type='CocoMetric', ann_file=data_root + 'annotations/instances_val.json')
-test_evaluator = val_evaluator
-
-max_iters = 2400
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=400)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=2e-4, weight_decay=1e-4),
-    clip_grad=dict(max_norm=0.1, norm_type=2))
+# 800 iterations as the Deformable quickstart, the learning rate divided by 10 for the last 100
+max_iters = 800
+train_cfg = dict(max_iters=max_iters, val_interval=200)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=100),
-    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters,
-         milestones=[int(max_iters * 0.8)], gamma=0.1),
+    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[700], gamma=0.1),
 ]
-
-default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=20, log_metric_by_epoch=False),
-    checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False, interval=400, max_keep_ckpts=2))
-log_processor = dict(by_epoch=False)
-randomness = dict(seed=0)
+default_hooks = dict(checkpoint=dict(interval=200))

@@ -1,9 +1,10 @@
-# Overfit sanity check: the quickstart model trained and evaluated on the same 16
+# Overfit sanity check of vanilla DETR (parent: detr_vit_shapes_vanilla.py), trained and
+# evaluated on the same 16
 # images. Reaching AP50 >= 0.9 shows that matcher, losses, box coordinates and
 # post-processing fit together:
 #   python tools/train.py configs/quickstart/detr_vit_shapes_overfit16.py \
 #       --minutes 15 --eval-every 0.5 --stop-at coco/bbox_mAP_50 0.9 --work-dir work_dirs/overfit16
-_base_ = ['./detr_vit_shapes.py']
+_base_ = ['./detr_vit_shapes_vanilla.py']
 
 data_root = 'data/shapes_overfit16/'
 split = dict(

@@ -176,10 +176,15 @@ def test_detr_coco_recipe(name):
 def test_detr_quickstart_is_small():
     cfg = load(CONFIGS / 'quickstart' / 'detr_vit_shapes.py')
     head = cfg.model.bbox_head
-    assert (head.num_classes, head.embed_dims, head.num_queries) == (3, 128, 20)
-    assert 'positional_encoding' not in head and 'aux_loss' not in head  # the head's defaults
+    assert cfg.model.type == 'DETR' and head.type == 'PlainDETRHead'
+    assert (head.num_classes, head.embed_dims, head.num_queries) == (3, 128, 30)
+    # no transformer encoder, no deformable attention: the headline's architecture
+    assert head.num_encoder_layers == 0 and 'transformer' not in head
     assert cfg.model.data_preprocessor.pad_size_divisor == 8
-    assert cfg.train_cfg.max_iters == 2400
+    assert head.box_rpb.stride == cfg.model.backbone.patch_size == 8
+    assert cfg.train_cfg.max_iters == 800
+    vanilla = load(CONFIGS / 'quickstart' / 'detr_vit_shapes_vanilla.py')
+    assert vanilla.model.bbox_head.type == 'DETRHead' and vanilla.train_cfg.max_iters == 2400
 
 
 # ---------------------------------------------------------------- segmentation recipes
@@ -330,3 +335,20 @@ def test_ade20k_pipelines_run_on_a_tiny_fixture(tmp_path):
     assert tuple(test['inputs'].shape[1:]) == (512, 768)
     assert test['data_samples'].gt_sem_seg.shape == (60, 90)
     assert test['data_samples'].ori_shape == (60, 90)
+
+
+@pytest.mark.parametrize('name,head', [
+    ('quickstart/detr_vit_shapes_dn.py', 'DETRHead'),
+    ('quickstart/detr_vit_shapes_overfit16.py', 'DETRHead'),
+    ('quickstart/deformable_detr_vit_shapes.py', 'DeformableDETRHead'),
+    ('mae/finetune/detr_vit_shapes_mae.py', 'PlainDETRHead'),
+    *[(f'studies/vit_pe/{p.name}', 'PlainDETRHead')
+      for p in sorted((CONFIGS / 'studies' / 'vit_pe').glob('*.py'))]])
+def test_shapes_detection_configs_have_the_parent_their_purpose_needs(name, head):
+    """Vanilla-DETR variants keep vanilla DETR; the studies and MAE fine-tuning of "DETR on a
+    ViT" use the quickstart that learns; each says its parent in its first lines."""
+    cfg = load(CONFIGS / name)
+    assert cfg.model.bbox_head.type == head
+    first = (CONFIGS / name).read_text().split('\n_base_')[0]
+    parent = 'detr_vit_shapes_vanilla.py' if head != 'PlainDETRHead' else 'detr_vit_shapes.py'
+    assert parent in first, f'{name}: its first comment lines do not name {parent}'

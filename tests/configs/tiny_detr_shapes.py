@@ -1,7 +1,7 @@
-# The quickstart recipe shrunk to run in seconds on a CPU: tests of tools/ and
+# The vanilla DETR shapes recipe shrunk to run in seconds on a CPU: tests of tools/ and
 # densevit/engine/ train it for a handful of iterations. Tests set data_root (and
 # the paths derived from it) with tests/tools/tiny_run.py:write_config.
-_base_ = ['../../configs/quickstart/detr_vit_shapes.py']
+_base_ = ['../../configs/quickstart/detr_vit_shapes_vanilla.py']
 
 img_size = 48
 tiny_shapes = dict(img_size=(img_size, img_size), max_objects=2, min_size=10, max_size=24)

@@ -2,7 +2,8 @@
 "Backbone x head" matrix (docs/architecture.md, tests/integration/test_backbone_head_matrix.py).
 
 One export per backbone of the matrix, each with ONE head, and every head (SETR Naive / PUP /
-MLA, SegFormer, DETR, Deformable DETR plain / with box refinement / refinement + two-stage)
+MLA, SegFormer, DETR, Deformable DETR plain / with box refinement / refinement + two-stage,
+Plain-DETR)
 and the simple feature pyramid on at least one backbone: not the full product, which would
 take an export per cell (the export, tracing with symbolic sizes, is what these tests spend
 their time on). ``ROWS`` names each row's (matrix backbone, head):
@@ -22,6 +23,8 @@ deformable_detr_vit_sfp                       ViT + SFP (detection quickstart)  
                                                                                   box refinement
 deformable_detr_refine_twostage_vit_relative  ViT, relative bias every layer      Deformable DETR,
                                                                                   refine + two-stage
+plain_detr_vit                                ViT, learned 1D PE, no class token  Plain-DETR (BoxRPB,
+                                                                                  two-stage)
 ============================================  ==================================  ==================
 
 ``segformer_mit`` and ``detr_vit`` are the tiny trained checkpoints of the session
@@ -132,6 +135,11 @@ MODEL_CFGS = {
     'deformable_detr_refine_twostage_vit_relative': lambda: dict(
         type='DeformableDETR', backbone=_vit(dict(type='relative', placement='every_layer')),
         bbox_head=_deformable_head(2, refine=True, two_stage=True, decoder_layers=1)),
+    'plain_detr_vit': lambda: dict(
+        type='DETR', backbone=dict(VIT, with_cls_token=False),
+        bbox_head=dict(type='PlainDETRHead', num_classes=K, embed_dims=32, num_queries=6,
+                       num_heads=2, num_decoder_layers=2, feedforward_channels=32,
+                       box_rpb=dict(hidden_dims=16, stride=8), num_dets=10)),
 }
 #: name -> (backbone as tests/integration/test_backbone_head_matrix.py names it, head)
 ROWS = {
@@ -146,6 +154,7 @@ ROWS = {
     'deformable_detr_vit_sfp': ('vit', 'deformable_detr (refine)'),
     'deformable_detr_refine_twostage_vit_relative': (
         'vit-pe-relative-every_layer', 'deformable_detr (refine, two-stage)'),
+    'plain_detr_vit': ('vit', 'plain_detr'),
 }
 DET = [n for n in MODEL_CFGS if 'detr' in n]
 SEG = [n for n in MODEL_CFGS if n not in DET]

@@ -39,6 +39,12 @@ NUM_CLASSES = 3
 DETR_HEAD = dict(type='DETRHead', num_classes=NUM_CLASSES, embed_dims=16, num_queries=4,
                  transformer=dict(num_heads=2, num_encoder_layers=1, num_decoder_layers=2,
                                   feedforward_channels=32, dropout=0.0))
+# Plain-DETR's head with every option on (two-stage, BoxRPB, one-to-many, denoising)
+PLAIN_DETR_HEAD = dict(type='PlainDETRHead', num_classes=NUM_CLASSES, embed_dims=16,
+                       num_queries=4, num_heads=2, num_decoder_layers=2, feedforward_channels=32,
+                       norm_groups=4, box_rpb=dict(hidden_dims=8, stride=8),
+                       one_to_many=dict(num_queries=8, k=2), dn_cfg=dict(num_dn_queries=4),
+                       num_dets=4)
 
 
 def _backbone(name):
@@ -104,7 +110,7 @@ def _batch(task, B=2, size=64):
 
 
 BACKBONES = list(PE_VARIANTS) + list(PYRAMIDS) + ['hybrid']
-COMBOS = [(b, 'detr') for b in BACKBONES] + [
+COMBOS = [(b, h) for b in BACKBONES for h in ('detr', 'plain_detr')] + [
     (b, h) for b in BACKBONES for h in ('naive', 'pup', 'mla', 'segformer')
     if not (b == 'hybrid' and h == 'mla')]  # MLA reads four depths of one plain ViT
 
@@ -113,8 +119,11 @@ COMBOS = [(b, 'detr') for b in BACKBONES] + [
 def test_combination_trains_a_step(backbone_name, head):
     torch.manual_seed(0)
     backbone, plain = _backbone(backbone_name)
-    if head == 'detr':
-        cfg = dict(type='DETR', backbone=backbone, bbox_head=DETR_HEAD)
+    if head in ('detr', 'plain_detr'):
+        cfg = dict(type='DETR', backbone=backbone,
+                   bbox_head=DETR_HEAD if head == 'detr' else PLAIN_DETR_HEAD)
+        if head == 'plain_detr' and not plain:  # its stride-8 map: 64 pixels for 12 proposals
+            cfg['feat_index'] = 1
         task = 'det'
     else:
         backbone, neck, decode_head = _seg_head(head, backbone, plain)

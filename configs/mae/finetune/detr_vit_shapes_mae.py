@@ -1,5 +1,5 @@
-# Fine-tuning from MAE: vanilla DETR on the quickstart's small ViT
-# (quickstart/detr_vit_shapes.py), the ViT initialised from the encoder of the MAE
+# Fine-tuning from MAE: the DETR-on-ViT quickstart (parent: quickstart/detr_vit_shapes.py,
+# Plain-DETR's head), the ViT initialised from the encoder of the MAE
 # quickstart's 10,000-iteration schedule (configs/mae/mae_vit_shapes_10k.py), with
 # layer-wise learning-rate decay (_base_/mae_finetune.py; README.md here). Train the MAE
 # first, then:

@@ -1,7 +1,7 @@
 # ViT paper App. D.4 study on the quickstart model: position embedding 'learned_2d'
 # (learned X- and Y-embeddings of D/2 each, concatenated per patch),
 # added once, after the patch embedding.
-# Everything else is configs/quickstart/detr_vit_shapes.py.
+# Everything else is configs/quickstart/detr_vit_shapes.py (parent: DETR on a ViT that learns).
 #   python tools/train.py configs/studies/vit_pe/detr_vit_shapes_pe-learned_2d-stem.py
 _base_ = ['../../quickstart/detr_vit_shapes.py']
 

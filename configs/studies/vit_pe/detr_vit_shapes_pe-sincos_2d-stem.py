@@ -1,7 +1,7 @@
 # ViT paper App. D.4 study on the quickstart model: position embedding 'sincos_2d'
 # (fixed 2D sine-cosine codes (MAE),
 # no parameters), added once, after the patch embedding.
-# Everything else is configs/quickstart/detr_vit_shapes.py.
+# Everything else is configs/quickstart/detr_vit_shapes.py (parent: DETR on a ViT that learns).
 #   python tools/train.py configs/studies/vit_pe/detr_vit_shapes_pe-sincos_2d-stem.py
 _base_ = ['../../quickstart/detr_vit_shapes.py']
 

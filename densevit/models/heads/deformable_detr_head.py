@@ -139,14 +139,27 @@ class DeformableDETRHead(DETRHead):
         tgt = tgt.unsqueeze(0).expand(memory.shape[0], -1, -1)
         return tgt, query_pos, run_in_fp32(self.reference_points, query_pos).sigmoid(), None
 
-    def two_stage_queries(self, memory, mask, shapes):
-        """Score every encoder pixel's box; the top ``num_queries`` by the first class logit
-        give the reference boxes (detached) and the queries -> (tgt, query_pos [B, Q, D],
-        reference [B, Q, 4], dict(pred_logits [B, S, K], pred_boxes [B, S, 4]))."""
+    # Deformable DETR's references rank every pixel, padding included (its proposals are
+    # invalid, +inf): kept so that equal weights give equal outputs
+    rank_valid_only = False
+
+    def two_stage_queries(self, memory, mask, shapes, num=None):
+        """Score every encoder pixel's box; the top ``num`` (default ``num_queries``) by the
+        first class logit give the reference boxes (detached) and the queries ->
+        (tgt, query_pos [B, Q, D], reference [B, Q, 4],
+        dict(pred_logits [B, S, K], pred_boxes [B, S, 4]))."""
         pixels, proposals = self.proposals(memory, mask, shapes)
         logits = run_in_fp32(self.class_embed[-1], pixels)
         box_logits = run_in_fp32(self.bbox_embed[-1], pixels) + proposals
-        top = logits[..., 0].topk(self.num_queries, dim=1)[1]
+        score, wanted = logits[..., 0], num or self.num_queries
+        if wanted > score.shape[1]:
+            raise ValueError(f'{type(self).__name__}: two-stage picks {wanted} queries among '
+                             f'the pixels of the feature map, which has only {score.shape[1]} '
+                             f'(shapes {[tuple(map(int, s)) for s in shapes]}): give it larger '
+                             f'images or a finer map, or fewer queries')
+        if self.rank_valid_only:  # padded / border pixels never become queries
+            score = score.masked_fill(torch.isinf(proposals).any(-1), float('-inf'))
+        top = score.topk(wanted, dim=1)[1]
         chosen = box_logits.gather(1, top[..., None].expand(-1, -1, 4)).detach()
         query_pos, tgt = self.proposals.queries(chosen)
         enc = dict(pred_logits=logits, pred_boxes=box_logits.sigmoid())

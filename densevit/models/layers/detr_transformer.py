@@ -73,11 +73,14 @@ class DetrDecoderLayer(nn.Module):
         self.record_cross_attn = None
 
     def forward(self, tgt, memory, pos=None, query_pos=None, memory_key_padding_mask=None,
-                self_attn_mask=None):
+                self_attn_mask=None, cross_attn_bias=None):
         """tgt, query_pos [B, Q, D]; memory, pos [B, N, D]; memory_key_padding_mask [B, N].
 
         ``self_attn_mask`` ([Q, Q] or [B·heads, Q, Q], True = blocked) lets extra query
         groups (e.g. denoising queries) stay hidden from the matching queries.
+        ``cross_attn_bias`` ([B·heads, Q, N] float, or None) is added to the scaled
+        cross-attention logits before the softmax (Plain-DETR's box-to-pixel bias,
+        ``layers/box_rpb.py``).
         """
         q = k = _with_pos(tgt, query_pos)
         attn = self.self_attn(q, k, tgt, attn_mask=self_attn_mask, need_weights=False)[0]
@@ -85,6 +88,7 @@ class DetrDecoderLayer(nn.Module):
         capture = self.record_cross_attn is not None
         attn, weights = self.cross_attn(_with_pos(tgt, query_pos), _with_pos(memory, pos), memory,
                                         key_padding_mask=memory_key_padding_mask,
+                                        attn_mask=cross_attn_bias,
                                         need_weights=capture, average_attn_weights=False)
         if capture:
             self.record_cross_attn(weights)

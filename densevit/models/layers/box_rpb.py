@@ -1,0 +1,67 @@
+"""Box-to-pixel relative position bias, BoxRPB (Plain-DETR: Lin et al. 2023, §3.2).
+
+Global cross-attention lets every query look at every pixel of the single-scale map;
+BoxRPB tells each head where the query's box lies. For a query box (x1, y1, x2, y2)
+and a pixel centre (px, py), both in input pixels, the offsets are decomposed per axis:
+
+    B_x[q, j, :] = MLP_x([x1 − px_j, x2 − px_j])   [heads]   for every column j
+    B_y[q, i, :] = MLP_y([y1 − py_i, y2 − py_i])   [heads]   for every row i
+    B[q, (i, j), h] = B_x[q, j, h] + B_y[q, i, h]
+
+so the cost is two small MLPs over (W + H) offsets per query instead of one over
+H·W. ``mode='log8'`` compresses the offsets as ``sign(d)·log2(|d| + 1) / 3`` (the
+paper's best); ``'linear'`` uses them in pixels.
+"""
+import math
+
+import torch
+from torch import nn
+
+
+def box_pixel_offsets(boxes, size, stride, mode='log8'):
+    """boxes [B, Q, 4] cxcywh in [0, 1] of the feature map, size = (H, W) cells ->
+    (dx [B, Q, W, 2], dy [B, Q, H, 2]): each box edge minus each cell centre, in pixels
+    (a cell is ``stride`` pixels), compressed by ``mode``."""
+    H, W = size
+    cx, cy, w, h = boxes.unbind(-1)
+    xs = torch.stack([cx - w / 2, cx + w / 2], -1) * (W * stride)  # [B, Q, 2]
+    ys = torch.stack([cy - h / 2, cy + h / 2], -1) * (H * stride)
+    px = (torch.arange(W, device=boxes.device, dtype=boxes.dtype) + 0.5) * stride
+    py = (torch.arange(H, device=boxes.device, dtype=boxes.dtype) + 0.5) * stride
+    dx = xs[:, :, None, :] - px[None, None, :, None]
+    dy = ys[:, :, None, :] - py[None, None, :, None]
+    if mode == 'log8':
+        dx = dx.sign() * torch.log2(dx.abs() + 1.0) / math.log2(8)
+        dy = dy.sign() * torch.log2(dy.abs() + 1.0) / math.log2(8)
+    elif mode != 'linear':
+        raise ValueError(f"BoxRPB mode must be 'log8' or 'linear', got {mode!r}")
+    return dx, dy
+
+
+class BoxRelativePositionBias(nn.Module):
+    """Per-head attention bias of each query's box over every pixel of one map.
+
+    Args:
+        num_heads (int): attention heads.
+        hidden_dims (int): width of the two offset MLPs (Plain-DETR: 512).
+        stride (int): input pixels per feature cell.
+        mode (str): ``'log8'`` or ``'linear'`` (see the module docstring).
+    """
+
+    def __init__(self, num_heads, hidden_dims=512, stride=16, mode='log8'):
+        super().__init__()
+        if mode not in ('log8', 'linear'):
+            raise ValueError(f"BoxRPB mode must be 'log8' or 'linear', got {mode!r}")
+        self.num_heads, self.stride, self.mode = num_heads, stride, mode
+        self.mlp_x = nn.Sequential(nn.Linear(2, hidden_dims), nn.ReLU(inplace=True),
+                                   nn.Linear(hidden_dims, num_heads, bias=False))
+        self.mlp_y = nn.Sequential(nn.Linear(2, hidden_dims), nn.ReLU(inplace=True),
+                                   nn.Linear(hidden_dims, num_heads, bias=False))
+
+    def forward(self, boxes, size):
+        """boxes [B, Q, 4] cxcywh in [0, 1] of the (padded) map, size (H, W) ->
+        bias [B, heads, Q, H·W] (row-major pixels, as ``flatten(2)`` of the map)."""
+        dx, dy = box_pixel_offsets(boxes, size, self.stride, self.mode)
+        bx, by = self.mlp_x(dx), self.mlp_y(dy)  # [B, Q, W, heads], [B, Q, H, heads]
+        bias = by[:, :, :, None, :] + bx[:, :, None, :, :]  # [B, Q, H, W, heads]
+        return bias.flatten(2, 3).permute(0, 3, 1, 2)

@@ -1,0 +1,165 @@
+"""Plain-DETR's head: BoxRPB against a brute-force loop and hand-computed offsets, the
+one-to-many branch against hand-built masks / targets, and the branches kept apart."""
+import math
+
+import pytest
+import torch
+from mmengine.structures import InstanceData
+
+from densevit.models.heads.one_to_many import hybrid_attn_mask, repeat_targets
+from densevit.models.layers.box_rpb import BoxRelativePositionBias, box_pixel_offsets
+from densevit.registry import MODELS
+from densevit.structures import DataSample
+
+
+def test_box_offsets_hand_computed():
+    # a box covering the middle half of a 2 x 2 map of 8-pixel cells: x1 = y1 = 4, x2 = y2 = 12;
+    # cell centres at 4 and 12 pixels
+    box = torch.tensor([[[0.5, 0.5, 0.5, 0.5]]])
+    dx, dy = box_pixel_offsets(box, (2, 2), stride=8, mode='linear')
+    assert dx[0, 0].tolist() == [[0.0, 8.0], [-8.0, 0.0]]
+    assert dy[0, 0].tolist() == [[0.0, 8.0], [-8.0, 0.0]]
+    dx, _ = box_pixel_offsets(box, (2, 2), stride=8, mode='log8')
+    third = math.log2(9) / 3  # sign(d) * log2(|d| + 1) / log2(8)
+    assert torch.allclose(dx[0, 0], torch.tensor([[0.0, third], [-third, 0.0]]))
+
+
+@pytest.mark.parametrize('mode', ['log8', 'linear'])
+def test_box_rpb_equals_a_per_pixel_loop(mode):
+    torch.manual_seed(0)
+    rpb = BoxRelativePositionBias(num_heads=3, hidden_dims=8, stride=4, mode=mode)
+    H, W = 3, 5
+    boxes = torch.rand(2, 4, 4) * 0.6 + 0.2
+    bias = rpb(boxes, (H, W))
+    assert bias.shape == (2, 3, 4, H * W)
+
+    def squash(d):
+        return math.copysign(math.log2(abs(d) + 1) / 3, d) if mode == 'log8' else d
+
+    for b in range(2):
+        for q in range(4):
+            cx, cy, w, h = boxes[b, q].tolist()
+            x1, x2 = (cx - w / 2) * W * 4, (cx + w / 2) * W * 4
+            y1, y2 = (cy - h / 2) * H * 4, (cy + h / 2) * H * 4
+            for i in range(H):
+                for j in range(W):
+                    px, py = (j + 0.5) * 4, (i + 0.5) * 4
+                    ex = rpb.mlp_x(torch.tensor([squash(x1 - px), squash(x2 - px)]))
+                    ey = rpb.mlp_y(torch.tensor([squash(y1 - py), squash(y2 - py)]))
+                    assert torch.allclose(bias[b, :, q, i * W + j], ex + ey, atol=1e-5)
+
+
+def test_box_rpb_mode_is_checked():
+    with pytest.raises(ValueError, match="'log8' or 'linear'"):
+        BoxRelativePositionBias(num_heads=2, mode='log2')
+
+
+def test_hybrid_mask_hand_built():
+    base = torch.tensor([[False, True], [False, False]])  # e.g. one DN query, one matching
+    mask = hybrid_attn_mask(base, 2, 'cpu')
+    expected = torch.tensor([[False, True, True, True],
+                             [False, False, True, True],
+                             [True, True, False, False],
+                             [True, True, False, False]])
+    assert torch.equal(mask, expected)
+
+
+def test_repeat_targets():
+    t = dict(labels=torch.tensor([2, 0]), boxes=torch.tensor([[0.1, 0.2, 0.3, 0.4],
+                                                             [0.5, 0.6, 0.7, 0.8]]))
+    [r] = repeat_targets([t], 3)
+    assert r['labels'].tolist() == [2, 0, 2, 0, 2, 0]
+    assert torch.equal(r['boxes'][4], t['boxes'][0]) and len(r['boxes']) == 6
+
+
+def _head(**kw):
+    cfg = dict(type='PlainDETRHead', num_classes=3, in_channels=16, embed_dims=32,
+               num_queries=6, num_heads=4, num_decoder_layers=2, feedforward_channels=64,
+               norm_groups=8, box_rpb=dict(hidden_dims=16, stride=8),
+               one_to_many=dict(num_queries=12, k=3), num_dets=10,
+               criterion=dict(type='SetCriterion', use_focal=True,
+                              matcher=dict(type='HungarianMatcher', focal=True)))
+    cfg.update(kw)
+    return MODELS.build(cfg)
+
+
+def _samples():
+    out = []
+    for w in (64, 48):
+        ds = DataSample(metainfo=dict(img_shape=(48, w), ori_shape=(48, w),
+                                      scale_factor=(1.0, 1.0)))
+        ds.gt_instances = InstanceData(bboxes=torch.tensor([[1.0, 2.0, 20.0, 30.0],
+                                                            [5.0, 5.0, 40.0, 40.0]]),
+                                       labels=torch.tensor([0, 2]))
+        out.append(ds)
+    return out
+
+
+def _inputs():
+    torch.manual_seed(1)
+    feat = torch.randn(2, 16, 6, 8)
+    mask = torch.zeros(2, 6, 8, dtype=torch.bool)
+    mask[1, :, 6:] = True  # the second image is 48 pixels wide: two padded columns
+    return feat, mask
+
+
+@pytest.mark.parametrize('two_stage', [True, False])
+def test_one_to_many_queries_never_reach_the_one_to_one(two_stage):
+    torch.manual_seed(0)
+    head = _head(as_two_stage=two_stage, mixed_selection=two_stage,
+                 dn_cfg=dict(num_dn_queries=4)).train()
+    feat, mask = _inputs()
+    samples = _samples()
+    torch.manual_seed(5)
+    out = head(feat, mask, samples)
+    assert out['pred_logits'].shape == (2, 2, 6, 3)
+    assert out['one_to_many']['pred_boxes'].shape == (2, 2, 12, 4)
+    # change only what the one-to-many queries start from: the one-to-one outputs stay
+    table = head.content_embed if two_stage else head.query_embed
+    with torch.no_grad():
+        table.weight[6:] += torch.randn_like(table.weight[6:])
+    torch.manual_seed(5)  # the same denoising draws
+    again = head(feat, mask, samples)
+    assert torch.allclose(again['pred_logits'], out['pred_logits'], atol=1e-6)
+    assert torch.allclose(again['pred_boxes'], out['pred_boxes'], atol=1e-6)
+    assert not torch.allclose(again['one_to_many']['pred_logits'],
+                              out['one_to_many']['pred_logits'])
+    losses = head.loss(feat, mask, samples)
+    assert {'o2m_loss_cls', 'o2m_d0.loss_bbox', 'dn_loss_iou', 'loss_cls'} <= set(losses)
+    assert ('enc_loss_cls' in losses) == two_stage
+
+
+def test_inference_has_only_the_one_to_one_queries_none_from_padding():
+    torch.manual_seed(0)
+    head = _head(num_queries=40, one_to_many=None).eval()
+    feat, mask = _inputs()
+    with torch.no_grad():
+        out = head(feat, mask)
+        assert out['pred_logits'].shape == (2, 2, 40, 3) and 'one_to_many' not in out
+        memory = head.input_proj[0](feat).flatten(2).transpose(1, 2)
+        _, _, reference, _ = head.matching_queries(memory, mask.flatten(1), (6, 8))
+    # 40 queries, 36 unpadded pixels in the narrow image (6 x 6): the padded pixels rank
+    # last, so its first 36 references are real boxes (< 1) and only the rest are padding's
+    valid = (reference[1] < 1).all(-1)
+    assert valid.sum() == 36 and valid[:36].all()
+    assert (reference[0] < 1).all()
+
+
+@pytest.mark.parametrize('bad', [dict(num_queries=0, k=2), dict(num_queries=10, k=0),
+                                 dict(num_queries=10, k=1.5)])
+def test_one_to_many_values_are_checked(bad):
+    name = 'num_queries' if bad['num_queries'] == 0 else 'k'
+    with pytest.raises(ValueError, match=f'one_to_many.{name} must be an integer >= 1'):
+        _head(one_to_many=bad)
+
+
+def test_mixed_selection_needs_two_stage():
+    with pytest.raises(ValueError, match='mixed_selection=True needs as_two_stage=True'):
+        _head(as_two_stage=False, mixed_selection=True)
+
+
+def test_more_two_stage_queries_than_pixels_is_a_clear_error():
+    head = _head(num_queries=40).train()  # 40 + 12 one-to-many queries, 6 x 8 = 48 pixels
+    feat, mask = _inputs()
+    with pytest.raises(ValueError, match=r'picks 52 queries .* has only 48 \(shapes \[\(6, 8\)\]'):
+        head(feat, mask, _samples())
