@@ -40,12 +40,12 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
 from densevit.apis import init_model
-from densevit.models.heads import deformable_detr_head, detr_head
+from densevit.models.heads import deformable_detr_head, detr_head, plain_detr_head
 from densevit.models.layers import deformable_detr_transformer
 from densevit.utils.precision import autocast_context
 from densevit.utils.provenance import add_json_argument, write_result
 
-_PATCHED = (detr_head, deformable_detr_head, deformable_detr_transformer)
+_PATCHED = (detr_head, deformable_detr_head, plain_detr_head, deformable_detr_transformer)
 
 
 @contextlib.contextmanager
@@ -53,7 +53,7 @@ def naive_bf16():
     """Every module under autocast: densevit's float32 islands switched off."""
     saved = [m.run_in_fp32 for m in _PATCHED]
     for m in _PATCHED:
-        m.run_in_fp32 = lambda module, x: module(x)
+        m.run_in_fp32 = lambda fn, *args, **kwargs: fn(*args, **kwargs)
     try:
         yield
     finally:

@@ -1,10 +1,12 @@
 # Quickstart: DETR on a plain ViT that learns -- the headline's architecture on the shapes data.
 # One single-scale map of the small ViT of detr_vit_shapes_vanilla.py (stride 8, 16x16 tokens),
-# no transformer encoder, no deformable attention: a DETR decoder whose cross-attention is
-# global, biased by each query's box (BoxRPB), as Plain-DETR (Lin et al. 2023); with two-stage
-# proposals from the map, mixed query selection, per-layer box refinement (look forward twice)
-# and a one-to-many branch (H-DETR's hybrid matching), all switchable in bbox_head (the
-# ablation in docs/detr_family.md). Data, batch 16 and schedule of the Deformable quickstart.
+# no deformable attention: two DETR encoder layers over the map (this 4-layer ViT trains from
+# scratch; Plain-DETR has none on its large pre-trained backbones) and a DETR decoder whose
+# cross-attention is global, biased by each query's box (BoxRPB), as Plain-DETR (Lin et al.
+# 2023); with two-stage proposals from the map, mixed query selection, per-layer box
+# refinement (look forward twice) and a one-to-many branch (H-DETR's hybrid matching), all
+# switchable in bbox_head (docs/detr_family.md). Data and batch 16 of the Deformable
+# quickstart; twice its 800 iterations.
 #   python tools/train.py configs/quickstart/detr_vit_shapes.py
 _base_ = ['./detr_vit_shapes_vanilla.py']
 
@@ -13,7 +15,7 @@ model = dict(
     bbox_head=dict(
         _delete_=True,
         type='PlainDETRHead', num_classes=3, embed_dims=embed_dims, num_queries=30, num_heads=4,
-        num_encoder_layers=0, num_decoder_layers=3, feedforward_channels=512, dropout=0.0,
+        num_encoder_layers=2, num_decoder_layers=3, feedforward_channels=512, dropout=0.0,
         box_rpb=dict(hidden_dims=128, stride=8, mode='log8'),
         as_two_stage=True, mixed_selection=True, look_forward_twice=True,
         one_to_many=dict(num_queries=120, k=4, loss_weight=1.0),
@@ -23,11 +25,12 @@ model = dict(
                                     cost_bbox=5.0, cost_giou=2.0),
                        loss_weights=dict(loss_cls=2.0, loss_bbox=5.0, loss_iou=2.0))))
 
-# 800 iterations as the Deformable quickstart, the learning rate divided by 10 for the last 100
-max_iters = 800
+# 1,600 iterations, the learning rate divided by 10 for the last 200
+max_iters = 1600
 train_cfg = dict(max_iters=max_iters, val_interval=200)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=100),
-    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[700], gamma=0.1),
+    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[1400],
+         gamma=0.1),
 ]
 default_hooks = dict(checkpoint=dict(interval=200))

@@ -2,7 +2,7 @@
 
     from densevit.apis import inference, init_model
     model = init_model('configs/quickstart/detr_vit_shapes.py',
-                       'work_dirs/detr_vit_shapes/iter_2400.pth')
+                       'work_dirs/detr_vit_shapes/iter_800.pth')
     result = inference(model, 'data/shapes/val/000000.png')  # .pred_instances / .pred_sem_seg
 """
 import copy

@@ -178,11 +178,11 @@ def test_detr_quickstart_is_small():
     head = cfg.model.bbox_head
     assert cfg.model.type == 'DETR' and head.type == 'PlainDETRHead'
     assert (head.num_classes, head.embed_dims, head.num_queries) == (3, 128, 30)
-    # no transformer encoder, no deformable attention: the headline's architecture
-    assert head.num_encoder_layers == 0 and 'transformer' not in head
+    # one single-scale map, global cross-attention, no deformable attention
+    assert cfg.model.type == 'DETR' and 'neck' not in cfg.model and 'transformer' not in head
     assert cfg.model.data_preprocessor.pad_size_divisor == 8
     assert head.box_rpb.stride == cfg.model.backbone.patch_size == 8
-    assert cfg.train_cfg.max_iters == 800
+    assert cfg.train_cfg.max_iters == 1600
     vanilla = load(CONFIGS / 'quickstart' / 'detr_vit_shapes_vanilla.py')
     assert vanilla.model.bbox_head.type == 'DETRHead' and vanilla.train_cfg.max_iters == 2400
 

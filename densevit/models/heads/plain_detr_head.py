@@ -24,7 +24,7 @@ from densevit.utils.defaults import DEFAULT, resolve_default
 from densevit.utils.precision import run_in_fp32
 
 from .deformable_detr_head import DeformableDETRHead
-from .denoising import DenoisingQueries
+from .denoising import DenoisingQueries, box_sine_embedding
 from .detr_head import DETRHead
 from .encoder_proposals import EncoderProposals
 from .one_to_many import check_one_to_many, hybrid_attn_mask, repeat_targets
@@ -51,6 +51,8 @@ class PlainDETRHead(DeformableDETRHead):
             position comes from the proposal (DINO's mixed query selection).
         look_forward_twice (bool): layer i's box also trains layer i-1's box prediction
             (its reference, not detached); the next layer's reference stays detached.
+        box_query_pos (bool): every layer's positional query is MLP(sine(its reference
+            box)), as DAB-DETR / DINO, instead of the first layer's for all (Plain-DETR).
         one_to_many (dict | None): ``dict(num_queries=Q', k=6, loss_weight=1.0)``: Q'
             training-only queries matched to the ground truth repeated k times
             (``o2m_loss_*``); dropped at inference.
@@ -63,7 +65,7 @@ class PlainDETRHead(DeformableDETRHead):
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=300, num_heads=8,
                  num_encoder_layers=0, num_decoder_layers=6, feedforward_channels=2048,
                  dropout=0.0, box_rpb=DEFAULT, as_two_stage=True, mixed_selection=True,
-                 look_forward_twice=True, one_to_many=None, positional_encoding=DEFAULT,
+                 look_forward_twice=True, box_query_pos=False, one_to_many=None, positional_encoding=DEFAULT,
                  criterion=DEFAULT, aux_loss=True, num_dets=100, norm_groups=32, dn_cfg=None,
                  init_cfg=None):
         BaseModule.__init__(self, init_cfg)  # neither DETRHead's nor Deformable's layers
@@ -101,6 +103,8 @@ class PlainDETRHead(DeformableDETRHead):
         self.box_rpb = None if box_rpb is None else nn.ModuleList(
             BoxRelativePositionBias(num_heads, **box_rpb) for _ in range(num_decoder_layers))
         self.num_heads = num_heads
+        self.query_pos_head = MLP(2 * embed_dims, embed_dims, embed_dims, 2) \
+            if box_query_pos else None
         pe = dict(num_feats=embed_dims // 2, normalize=True, offset=-0.5, **positional_encoding)
         self.positional_encoding = SinePositionalEncoding2D(**pe)
         total = num_queries + self.num_one_to_many
@@ -163,6 +167,9 @@ class PlainDETRHead(DeformableDETRHead):
         scale = torch.cat([ratios, ratios], -1)  # [B, 1, 4]: image -> padded map
         out = tgt
         for i, layer in enumerate(self.decoder):
+            if self.query_pos_head is not None:
+                sine = box_sine_embedding(reference, self.query_pos_head.layers[0].in_features // 4)
+                query_pos = self.query_pos_head(sine.to(tgt.dtype))
             bias = self.cross_attn_bias(i, reference * scale, key_mask, size)
             out = layer(out, memory, pos=pos, query_pos=query_pos,
                         memory_key_padding_mask=key_mask if bias is None else None,
