@@ -152,8 +152,7 @@ def test_a_typo_or_a_broken_base_fails(tmp_path):
 # each recipe's backbone and the ImageNet file its init_cfg loads (the config comments say
 # where to download it)
 DETR_COCO = {'detr_resnet50.py': ('ResNet', 'checkpoints/resnet50-0676ba61.pth'),
-             'detr_swin-t.py': ('SwinTransformer', 'checkpoints/swin_tiny_patch4_window7_224.pth'),
-             'detr_vit.py': ('VisionTransformer', 'checkpoints/vit-base-p16_224.pth')}
+             'detr_swin-t.py': ('SwinTransformer', 'checkpoints/swin_tiny_patch4_window7_224.pth')}
 
 
 @pytest.mark.parametrize('name', DETR_COCO)
@@ -171,6 +170,39 @@ def test_detr_coco_recipe(name):
     backbone = cfg.model.backbone
     assert (backbone.type, backbone.init_cfg.type, backbone.init_cfg.checkpoint) == (
         DETR_COCO[name][0], 'Pretrained', DETR_COCO[name][1])
+
+
+@pytest.mark.parametrize('name,checkpoint,mean,std', [
+    ('detr_vit.py', 'checkpoints/vit_base_patch16_224.augreg2_in21k_ft_in1k.safetensors',
+     [127.5] * 3, [127.5] * 3),
+    ('detr_vit_mae.py', 'checkpoints/mae_pretrain_vit_base.pth',
+     [123.675, 116.28, 103.53], [58.395, 57.12, 57.375])])
+def test_detr_vit_is_a_recipe(name, checkpoint, mean, std):
+    """The headline's COCO recipe: named weights with their own normalisation, layer-wise lr
+    decay, no weight decay on position table / class token / norms, Plain-DETR's options,
+    at most 50 epochs, and the expected AP stated as not measured."""
+    from mmengine.optim import build_optim_wrapper
+    cfg = load(CONFIGS / name)
+    assert cfg.model.backbone.init_cfg.checkpoint == checkpoint
+    pre = cfg.model.data_preprocessor
+    assert (pre.mean, pre.std) == (mean, std)
+    head = cfg.model.bbox_head
+    assert head.type == 'PlainDETRHead' and head.as_two_stage and head.mixed_selection
+    assert head.look_forward_twice and head.box_rpb.stride == cfg.model.backbone.patch_size
+    assert head.one_to_many == dict(num_queries=1500, k=6, loss_weight=1.0)
+    assert cfg.train_cfg.max_epochs <= 50
+    assert 'expected, not measured' in (CONFIGS / 'detr_vit.py').read_text()
+    model = build_model(cfg.model, device='meta')
+    with DefaultScope.overwrite_default_scope('densevit'):
+        wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = {names[id(p)]: g for g in wrapper.optimizer.param_groups for p in g['params']}
+    first, last = [groups[f'backbone.blocks.{i}.mlp.fc1.weight'] for i in (0, 11)]
+    assert first['lr'] < last['lr'] < groups['bbox_head.class_embed.0.weight']['lr']
+    for no_decay in ('backbone.pos_embed.weight', 'backbone.cls_token',
+                     'backbone.blocks.3.norm1.weight'):
+        assert groups[no_decay]['weight_decay'] == 0, no_decay
+    assert groups['bbox_head.class_embed.0.weight']['weight_decay'] == 0.05
 
 
 def test_detr_quickstart_is_small():

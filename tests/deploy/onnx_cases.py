@@ -3,7 +3,7 @@
 
 One export per backbone of the matrix, each with ONE head, and every head (SETR Naive / PUP /
 MLA, SegFormer, DETR, Deformable DETR plain / with box refinement / refinement + two-stage,
-Plain-DETR)
+Plain-DETR, Conditional DETR, DAB-DETR)
 and the simple feature pyramid on at least one backbone: not the full product, which would
 take an export per cell (the export, tracing with symbolic sizes, is what these tests spend
 their time on). ``ROWS`` names each row's (matrix backbone, head):
@@ -25,6 +25,8 @@ deformable_detr_refine_twostage_vit_relative  ViT, relative bias every layer    
                                                                                   refine + two-stage
 plain_detr_vit                                ViT, learned 1D PE, no class token  Plain-DETR (BoxRPB,
                                                                                   two-stage)
+conditional_detr_resnet50                     ResNet-50                           Conditional DETR
+dab_detr_swin                                 Swin, shift decided by size         DAB-DETR
 ============================================  ==================================  ==================
 
 ``segformer_mit`` and ``detr_vit`` are the tiny trained checkpoints of the session
@@ -57,6 +59,8 @@ RESNET50 = dict(type='ResNet', depth=50, base_channels=8, stage_blocks=(1, 1, 1,
 HYBRID = dict(type='VisionTransformer', img_size=64, patch_size=1, with_cls_token=False,
               stem=dict(RESNET50, out_indices=(2,)),
               arch=dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64))
+DETR_TRANSFORMER = dict(num_heads=2, num_encoder_layers=1, num_decoder_layers=2,
+                        feedforward_channels=32)
 DEFORMABLE_TRANSFORMER = dict(num_heads=2, num_points=2, num_encoder_layers=1,
                               feedforward_channels=32, dropout=0.0)
 
@@ -113,6 +117,16 @@ def _quickstart_deformable():
     return cfg
 
 
+def _conditional_head(head_type):
+    """Conditional DETR / DAB-DETR with two decoder layers (the second takes the first's
+    output through ``query_scale``; DAB-DETR's refines the anchors between them), their
+    Linear layers drawn from N(0, 0.2): the heads zero their box predictor's last layer,
+    which would make DAB-DETR's anchor refinement an identity in the graph."""
+    return dict(type=head_type, num_classes=K, embed_dims=32, num_queries=6, num_dets=10,
+                transformer=DETR_TRANSFORMER,
+                init_cfg=dict(type='Normal', layer='Linear', std=0.2))
+
+
 def _config(path):
     return Config.fromfile(str(REPO / path)).model.to_dict()
 
@@ -140,6 +154,11 @@ MODEL_CFGS = {
         bbox_head=dict(type='PlainDETRHead', num_classes=K, embed_dims=32, num_queries=6,
                        num_heads=2, num_decoder_layers=2, feedforward_channels=32,
                        box_rpb=dict(hidden_dims=16, stride=8), num_dets=10)),
+    'conditional_detr_resnet50': lambda: dict(
+        type='DETR', backbone=dict(RESNET50, out_indices=(3,)),
+        bbox_head=_conditional_head('ConditionalDETRHead')),
+    'dab_detr_swin': lambda: dict(type='DETR', backbone=dict(SWIN, out_indices=(3,)),
+                                  bbox_head=_conditional_head('DABDETRHead')),
 }
 #: name -> (backbone as tests/integration/test_backbone_head_matrix.py names it, head)
 ROWS = {
@@ -155,6 +174,8 @@ ROWS = {
     'deformable_detr_refine_twostage_vit_relative': (
         'vit-pe-relative-every_layer', 'deformable_detr (refine, two-stage)'),
     'plain_detr_vit': ('vit', 'plain_detr'),
+    'conditional_detr_resnet50': ('resnet50', 'conditional_detr'),
+    'dab_detr_swin': ('swin', 'dab_detr'),
 }
 DET = [n for n in MODEL_CFGS if 'detr' in n]
 SEG = [n for n in MODEL_CFGS if n not in DET]

@@ -156,6 +156,7 @@ def test_topk_postprocess_hand_case():
     boxes = torch.tensor([[.5, .5, .2, .2], [.25, .25, .5, .5], [.5, .5, 1., 1.]])
     res = head.postprocess(logits, boxes, dict(img_shape=(100, 200)), rescale=False)
     assert res.labels.tolist() == [1, 0, 1]
+    assert res.queries.tolist() == [0, 1, 1]  # the query behind each detection
     assert torch.allclose(res.scores, torch.tensor([5.0, 4.0, 3.0]).sigmoid())
     assert torch.allclose(res.bboxes, torch.tensor([[80., 40., 120., 60.], [0., 0., 100., 50.],
                                                     [0., 0., 100., 50.]]))

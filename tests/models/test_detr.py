@@ -104,6 +104,7 @@ def test_num_dets_keeps_the_best_queries_by_score():
     assert torch.equal(best.scores, every.scores[order])
     assert torch.equal(best.labels, every.labels[order])
     assert torch.equal(best.bboxes, every.bboxes[order])
+    assert every.queries.tolist() == list(range(6)) and torch.equal(best.queries, order)
     assert len(DETRHead(**TINY_HEAD, num_dets=100).postprocess(logits, boxes, meta)) == 6
 
 

@@ -53,13 +53,14 @@ def main():
             keep = keep[pred.scores[keep].argsort(descending=True)][:args.max_dets].tolist()
             H, W = meta['batch_input_shape']
             hw = (-(-H // stride), -(-W // stride))
-            maps = decoder_query_maps(rec.cross_attn[-1][0], hw, keep)  # last layer, image 0
+            queries = pred.queries[keep].tolist()  # the decoder query behind each detection
+            maps = decoder_query_maps(rec.cross_attn[-1][0], hw, queries)  # last layer, image 0
             labels = [classes[i] if classes else str(i) for i in pred.labels[keep].tolist()]
             titles = [f'{lb} {s:.2f}' for lb, s in zip(labels, pred.scores[keep].tolist(), strict=True)]
             png = osp.join(args.out_dir, f'detr_attention_{n}.png')
             overlay_maps(bgr_to_rgb(mmcv.imread(path)), image_maps(maps, meta), png,
                          boxes=pred.bboxes[keep].tolist(), titles=titles)
-            out.append(dict(image=path, queries=keep, boxes=pred.bboxes[keep].tolist(),
+            out.append(dict(image=path, queries=queries, boxes=pred.bboxes[keep].tolist(),
                             scores=pred.scores[keep].tolist(), labels=labels, grid=list(hw),
                             maps=maps.tolist()))
             print(png)

@@ -239,10 +239,11 @@ class DeformableDETRHead(DETRHead):
 
     def postprocess(self, logits, boxes, meta, rescale=True):
         """logits [Q, K], boxes [Q, 4] -> InstanceData of the top ``num_dets`` (query, class)
-        pairs by sigmoid score (a query may appear with several classes), in float32 at least."""
+        pairs by sigmoid score (a query may appear with several classes), in float32 at least;
+        ``queries`` [N]: each detection's decoder query."""
         logits, boxes = at_least_fp32(logits), at_least_fp32(boxes)
         Q, K = logits.shape
         scores, idx = logits.sigmoid().flatten().topk(min(self.num_dets, Q * K))
         labels, query = idx % K, idx // K
         return InstanceData(bboxes=boxes_to_pixels(boxes[query], meta, rescale), scores=scores,
-                            labels=labels)
+                            labels=labels, queries=query)

@@ -197,11 +197,13 @@ class DETRHead(BaseModule):
     def postprocess(self, logits, boxes, meta, rescale=True):
         """logits [Q, K+1], boxes [Q, 4] normalized cxcywh -> InstanceData in pixels
         (softmax over K+1, best of the K object classes; top ``num_dets`` if set), in
-        float32 at least whatever the model's precision."""
+        float32 at least whatever the model's precision; ``queries`` [N]: the decoder
+        query of each detection (for attention maps)."""
         logits, boxes = at_least_fp32(logits), at_least_fp32(boxes)
         scores, labels = logits.softmax(-1)[:, :-1].max(-1)
+        queries = torch.arange(len(scores), device=scores.device)
         if self.num_dets is not None:
-            scores, keep = scores.topk(min(self.num_dets, len(scores)))
-            labels, boxes = labels[keep], boxes[keep]
+            scores, queries = scores.topk(min(self.num_dets, len(scores)))
+            labels, boxes = labels[queries], boxes[queries]
         return InstanceData(bboxes=boxes_to_pixels(boxes, meta, rescale), scores=scores,
-                            labels=labels)
+                            labels=labels, queries=queries)
