@@ -1,29 +1,47 @@
-"""DETR-R50 against MMDetection and Deformable DETR-R50 against Hugging Face, same weights,
-one run, interleaved.
+"""DETR-R50 against MMDetection, Deformable / Conditional / DAB-DETR-R50 against Hugging Face,
+same weights, one run, interleaved.
 
     # DETR-R50 vs MMDetection 3.3 (its reference environment, tools/dev/openmmlab_fixtures):
     PYTHONPATH=$PWD:tools/dev/openmmlab_fixtures VENV/bin/python \\
         benchmarks/bench_detr_peers.py --peer mmdet
     # Deformable DETR-R50 vs transformers' DeformableDetrForObjectDetection:
     python benchmarks/bench_detr_peers.py --peer hf [--json FILE]
+    # Conditional DETR-R50 / DAB-DETR-R50 vs ConditionalDetrForObjectDetection /
+    # DabDetrForObjectDetection:
+    python benchmarks/bench_detr_peers.py --peer hf --model conditional_detr [--json FILE]
+    python benchmarks/bench_detr_peers.py --peer hf --model dab_detr [--json FILE]
 
 The peer is built at full size from its own definition (MMDetection's zoo config
-``detr_r50_8xb2-150e_coco.py``; transformers' ``DeformableDetrConfig`` with its ResNet-50,
-pure-PyTorch attention), its random weights converted into the densevit model of
-``configs/detr_resnet50.py`` / ``configs/deformable_detr/deformable_detr_r50_16xb2-50e_coco.py``
-by densevit's own checkpoint converters. The outputs are compared first (max |difference| of
-the last decoder layer's logits and boxes: the same function is being timed), then:
+``detr_r50_8xb2-150e_coco.py``; transformers' ``DeformableDetrConfig`` /
+``ConditionalDetrConfig`` / ``DabDetrConfig`` with its ResNet-50, pure-PyTorch attention),
+its random weights converted into the densevit model of ``configs/detr_resnet50.py`` /
+``configs/deformable_detr/deformable_detr_r50_16xb2-50e_coco.py`` /
+``configs/conditional_detr/conditional_detr_r50_8xb2-50e_coco.py`` /
+``configs/dab_detr/dab_detr_r50_8xb2-50e_coco.py`` by densevit's own checkpoint converters
+(Conditional / DAB-DETR: every tensor of HF's model re-drawn (``_redraw``), the model saved
+with ``save_pretrained`` and its ``model.safetensors`` loaded by ``init_model``, as a Hub
+file would be). The outputs are compared first (max |difference| of the last decoder
+layer's logits and boxes: the same function is being timed), then:
 
 - inference: one 800x1066 image (batch 1), model forward and post-processing, no grad,
   eval mode (the data preprocessor is not timed: both normalise the same way);
 - training step: two images (800x1066 and 736x1024, padded), forward with the loss, and
   backward (train mode, dropout on as in training; no optimiser step).
 
+``--size H W`` replaces 800x1066 (the second training image scaled alike), e.g. a tiny
+size with ``--repeats 1`` to check that the script runs (tests/tools/test_bench_detr_peers.py).
+
 Times are medians of ``--repeats`` runs after one warm-up each, the two models' runs
 interleaved with the order flipped every repeat (``bench_backbones.timed``); the ratio is
 the median of the per-repeat ratios. On a shared machine compare ratios, not milliseconds.
 ``--json FILE`` writes the printed numbers with the command, commit, CPU and thread count
 (``densevit.utils.provenance``).
+
+HF's Conditional DETR trains with its ``auxiliary_loss=True`` forward (its way to put a loss
+on every decoder layer, as densevit's config does), which also feeds each layer's
+LayerNorm-ed output to the next (docs/detr_family.md): one LayerNorm more per layer, the
+same matching and losses. Its inference, and the comparison, use ``auxiliary_loss=False``
+(the paper's function, the Hub files' setting).
 """
 import argparse
 import sys
@@ -41,6 +59,21 @@ from densevit.utils.provenance import add_json_argument, write_result
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(800, 1066), (736, 1024)]  # (H, W) of the two training images
 NO_PRETRAINED = {'model.backbone.init_cfg': None}
+DETECTORS = {  # --model: (name printed, densevit config)
+    'detr': ('DETR-R50', 'configs/detr_resnet50.py'),
+    'deformable_detr': ('Deformable DETR-R50',
+                        'configs/deformable_detr/deformable_detr_r50_16xb2-50e_coco.py'),
+    'conditional_detr': ('Conditional DETR-R50',
+                         'configs/conditional_detr/conditional_detr_r50_8xb2-50e_coco.py'),
+    'dab_detr': ('DAB-DETR-R50', 'configs/dab_detr/dab_detr_r50_8xb2-50e_coco.py'),
+}
+PEERS = {'mmdet': ('MMDetection 3.3', ['detr']),
+         'hf': ('HF transformers', ['deformable_detr', 'conditional_detr', 'dab_detr'])}
+
+
+def shapes_for(h, w):
+    """The two training images' (H, W): ``h x w`` and it scaled as 736x1024 is 800x1066."""
+    return [(h, w), (max(1, round(h * 736 / 800)), max(1, round(w * 1024 / 1066)))]
 
 
 def _boxes(h, w):
@@ -115,8 +148,81 @@ def mmdet_pair(tmp):
         peer_loss=lambda x, shapes: peer.loss(x, samples(shapes, tuple(x.shape[-2:]), True)))
 
 
-def hf_pair(tmp):
-    """(densevit Deformable DETR-R50, HF DeformableDetrForObjectDetection, fns)."""
+def _hf_masks(x, shapes):
+    """HF's ``pixel_mask``: 1 on each image, 0 on its padding."""
+    mask = torch.zeros(x.shape[0], *x.shape[-2:], dtype=torch.long)
+    for i, (h, w) in enumerate(shapes):
+        mask[i, :h, :w] = 1
+    return mask
+
+
+def _hf_labels(shapes):
+    """HF's ``labels``: the boxes of ``_boxes`` as normalised cxcywh."""
+    out = []
+    for h, w in shapes:
+        bboxes, cls = _boxes(h, w)
+        cxcywh = torch.cat([(bboxes[:, :2] + bboxes[:, 2:]) / 2, bboxes[:, 2:] - bboxes[:, :2]],
+                           dim=1) / torch.tensor([w, h, w, h])
+        out.append(dict(class_labels=cls, boxes=cxcywh))
+    return out
+
+
+def _hf_top_k(out, k):
+    """transformers' post-processing of a sigmoid detector: sigmoid, top-``k`` over
+    queries x classes, the boxes of those queries (what densevit's predict does after the
+    forward)."""
+    prob = out.logits.sigmoid().flatten(1)
+    scores, index = prob.topk(k, dim=1)
+    boxes = out.pred_boxes.gather(1, (index // out.logits.shape[2])[..., None].expand(-1, -1, 4))
+    return scores, boxes
+
+
+def _train_backbone_from_stage_2(peer):
+    """The backbone trains from its second stage on (the stem and first stage frozen), as
+    densevit's configs (``frozen_stages=1``), the papers' code and mmdet: transformers 5.23
+    means to for Deformable / Conditional DETR, but its rule looks for 'stage.1' in names
+    that read 'stages.1', so it freezes the whole backbone; its DAB-DETR freezes nothing."""
+    for name, param in peer.model.backbone.named_parameters():
+        param.requires_grad_(any(f'stages.{i}.' in name for i in (1, 2, 3)))
+
+
+def _redraw(model, seed=0):
+    """Every floating-point tensor of ``model``'s state dict drawn anew (HF's init zeroes
+    biases and the box head's last layer, norms are identities: a mis-converted tensor
+    could hide there), at scales that keep a full-size ResNet-50 + transformer finite:
+    weights N(0, 1 / fan_in), the query embeddings (``nn.Embedding``: object queries,
+    DAB-DETR's anchors) N(0, 1) so that the queries predict different things (a mix-up of
+    query rows would show), norm scales 1 + 0.1 N(0, 1), running variances 0.5 + |N(0, 1)|,
+    everything else (biases, running means, PReLU slopes) 0.1 N(0, 1). Tied tensors
+    (DAB-DETR's box head) are drawn once per name, so stay tied."""
+    g = torch.Generator().manual_seed(seed)
+    norm_weights = {id(m.weight) for m in model.modules()
+                    if 'Norm' in type(m).__name__ and torch.is_tensor(getattr(m, 'weight', None))}
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    with torch.no_grad():
+        for name, t in model.state_dict(keep_vars=True).items():
+            if not t.is_floating_point():
+                continue
+            noise = torch.randn(t.shape, generator=g)
+            if name.endswith('running_var'):
+                t.copy_(0.5 + noise.abs())
+            elif id(t) in norm_weights:
+                t.copy_(1 + 0.1 * noise)
+            elif id(t) in embeddings:
+                t.copy_(noise)
+            elif t.dim() >= 2:
+                t.copy_(noise / t[0].numel() ** 0.5)
+            else:
+                t.copy_(0.1 * noise)
+    return model
+
+
+def hf_pair(tmp, model='deformable_detr'):
+    """(densevit model, HF peer, fns) for ``model``: Deformable DETR-R50
+    (DeformableDetrForObjectDetection) or, via :func:`hf_conditional_pair`, Conditional /
+    DAB-DETR-R50."""
+    if model != 'deformable_detr':
+        return hf_conditional_pair(tmp, model)
     from transformers import DeformableDetrConfig, DeformableDetrForObjectDetection, ResNetConfig
     backbone = ResNetConfig(out_features=['stage2', 'stage3', 'stage4'])  # ResNet-50
     # the paper's recipe, as densevit's config (and the official code, and mmdet): dropout 0.1
@@ -128,61 +234,94 @@ def hf_pair(tmp):
                                attention_dropout=0.1, auxiliary_loss=True)
     torch.manual_seed(0)
     peer = DeformableDetrForObjectDetection(cfg)
-    # ... and the backbone trains from its second stage on (the stem and first stage frozen):
-    # transformers 5.23 means to, but its rule looks for 'stage.1' in names that read
-    # 'stages.1', so it freezes the whole backbone
-    for name, param in peer.model.backbone.named_parameters():
-        param.requires_grad_(any(f'stages.{i}.' in name for i in (1, 2, 3)))
-    ours = _ours('configs/deformable_detr/deformable_detr_r50_16xb2-50e_coco.py',
-                 peer.state_dict(), tmp)
-
-    def masks(x, shapes):
-        mask = torch.zeros(x.shape[0], *x.shape[-2:], dtype=torch.long)
-        for i, (h, w) in enumerate(shapes):
-            mask[i, :h, :w] = 1
-        return mask
-
-    def labels(shapes):
-        out = []
-        for h, w in shapes:
-            bboxes, cls = _boxes(h, w)
-            cxcywh = torch.cat([(bboxes[:, :2] + bboxes[:, 2:]) / 2, bboxes[:, 2:] - bboxes[:, :2]],
-                               dim=1) / torch.tensor([w, h, w, h])
-            out.append(dict(class_labels=cls, boxes=cxcywh))
-        return out
+    # ... and the backbone trains from its second stage on (the stem and first stage frozen)
+    _train_backbone_from_stage_2(peer)
+    ours = _ours(DETECTORS['deformable_detr'][1], peer.state_dict(), tmp)
 
     def last_layer(x, shapes):
-        out = peer(pixel_values=x, pixel_mask=masks(x, shapes))
+        out = peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes))
         return out.logits, out.pred_boxes
 
     def predict(x, shapes):
-        out = peer(pixel_values=x, pixel_mask=masks(x, shapes))
-        # transformers' own post-processing: sigmoid, top-100 over queries x classes, boxes
-        # to pixels (what densevit's predict does after the forward)
-        prob = out.logits.sigmoid().flatten(1)
-        scores, index = prob.topk(100, dim=1)
-        boxes = out.pred_boxes.gather(1, (index // out.logits.shape[2])[..., None].expand(-1, -1, 4))
-        return scores, boxes
+        return _hf_top_k(peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes)), 100)
     return ours, peer, dict(
         peer_outputs=last_layer, peer_predict=predict,
-        peer_loss=lambda x, shapes: {'loss': peer(pixel_values=x, pixel_mask=masks(x, shapes),
-                                                  labels=labels(shapes)).loss})
+        peer_loss=lambda x, shapes: {'loss': peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes),
+                                                  labels=_hf_labels(shapes)).loss})
 
 
-def main():
+def hf_conditional_pair(tmp, model):
+    """(densevit Conditional DETR-R50 / DAB-DETR-R50, HF ConditionalDetrForObjectDetection /
+    DabDetrForObjectDetection, fns): HF's model at the COCO config, its weights re-drawn,
+    saved with ``save_pretrained`` and loaded into densevit's COCO config by ``init_model``
+    (the HF file converted on load, as a Hub file)."""
+    import transformers
+    backbone = transformers.ResNetConfig(out_features=['stage4'])  # ResNet-50, stride 32
+    common = dict(use_timm_backbone=False, backbone_config=backbone, backbone=None,
+                  use_pretrained_backbone=False, num_labels=80)
+    if model == 'conditional_detr':
+        # densevit's (the paper's) dropout 0.1 also on attention weights and after the FFN
+        # activation (transformers' defaults: 0, 0); auxiliary_loss is switched on for the
+        # training step only (module docstring)
+        cfg = transformers.ConditionalDetrConfig(**common, attention_dropout=0.1,
+                                                 activation_dropout=0.1, auxiliary_loss=False)
+        peer = transformers.ConditionalDetrForObjectDetection(cfg)
+    else:
+        # the paper's: no dropout (transformers' default 0.1 after attention and the FFN),
+        # a loss on every decoder layer
+        cfg = transformers.DabDetrConfig(**common, dropout=0.0, attention_dropout=0.0,
+                                         activation_dropout=0.0, auxiliary_loss=True)
+        peer = transformers.DabDetrForObjectDetection(cfg)
+    _redraw(peer)
+    _train_backbone_from_stage_2(peer)
+    peer.save_pretrained(tmp)
+    ours = init_model(str(ROOT / DETECTORS[model][1]), str(Path(tmp) / 'model.safetensors'),
+                      cfg_options=NO_PRETRAINED)
+    num_dets = ours.bbox_head.num_dets  # 100 / 300: the configs' top-k
+
+    def last_layer(x, shapes):
+        out = peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes))
+        return out.logits, out.pred_boxes
+
+    def predict(x, shapes):
+        return _hf_top_k(peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes)), num_dets)
+
+    def loss(x, shapes):
+        aux, peer.config.auxiliary_loss = peer.config.auxiliary_loss, True
+        try:
+            return {'loss': peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes),
+                                 labels=_hf_labels(shapes)).loss}
+        finally:
+            peer.config.auxiliary_loss = aux
+    return ours, peer, dict(peer_outputs=last_layer, peer_predict=predict, peer_loss=loss)
+
+
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--peer', choices=['mmdet', 'hf'], required=True)
+    p.add_argument('--peer', choices=list(PEERS), required=True)
+    p.add_argument('--model', choices=list(DETECTORS),
+                   help='default: detr for --peer mmdet, deformable_detr for --peer hf; '
+                        'mmdet has detr, hf deformable_detr, conditional_detr, dab_detr')
+    p.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'), default=(800, 1066),
+                   help='inference image size (default 800 1066; the second training '
+                        'image is scaled alike)')
     p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--threads', type=int, help='torch threads (default: torch\'s)')
     p.add_argument('--no-train', action='store_true', help='time inference only')
     add_json_argument(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    peer_name, models = PEERS[args.peer]
+    model = args.model or models[0]
+    if model not in models:
+        p.error(f'--peer {args.peer} has --model {", ".join(models)}, not {model}')
+    if min(args.size) < 32:
+        p.error(f'--size must be at least 32 x 32 (ResNet-50 stride), got {args.size}')
+    SHAPES[:] = shapes_for(*args.size)
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        ours, peer, fns = (mmdet_pair if args.peer == 'mmdet' else hf_pair)(tmp)
-    name = 'DETR-R50' if args.peer == 'mmdet' else 'Deformable DETR-R50'
-    peer_name = 'MMDetection 3.3' if args.peer == 'mmdet' else 'HF transformers'
+        ours, peer, fns = mmdet_pair(tmp) if args.peer == 'mmdet' else hf_pair(tmp, model)
+    name = DETECTORS[model][0]
     print(f'{name}, torch {torch.__version__}, threads {torch.get_num_threads()}', flush=True)
 
     x1, shapes1 = _batch(1)
@@ -199,14 +338,14 @@ def main():
     print(f'| {name} | densevit (ms) | {peer_name} (ms) | densevit / peer |')
     print('|---|---|---|---|')
     results = dict(model=name, peer=peer_name, max_abs_diff=dict(logits=diffs[0], boxes=diffs[1]),
-                   rows=[])
+                   sizes=[list(s) for s in SHAPES], rows=[])
 
     def row(what, a, b, ratio):
         results['rows'].append(dict(what=what, densevit_ms=a * 1e3, peer_ms=b * 1e3,
                                     densevit_over_peer=1 / ratio))
         print(f'| {what} | {a * 1e3:.0f} | {b * 1e3:.0f} | {1 / ratio:.2f} |', flush=True)
 
-    row('inference, 1 x 800x1066',
+    row(f'inference, 1 x {SHAPES[0][0]}x{SHAPES[0][1]}',
         *timed(lambda x: ours(x, _samples(shapes1, SHAPES[0], False), mode='predict'),
                lambda x: fns['peer_predict'](x, shapes1), x1, args.repeats))
     if not args.no_train:
