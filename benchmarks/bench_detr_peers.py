@@ -55,6 +55,7 @@ from mmengine.structures import InstanceData
 from densevit.apis import init_model
 from densevit.structures import DataSample
 from densevit.utils.provenance import add_json_argument, write_result
+from densevit.utils.random_init import randomize_
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(800, 1066), (736, 1024)]  # (H, W) of the two training images
@@ -194,27 +195,8 @@ def _redraw(model, seed=0):
     DAB-DETR's anchors) N(0, 1) so that the queries predict different things (a mix-up of
     query rows would show), norm scales 1 + 0.1 N(0, 1), running variances 0.5 + |N(0, 1)|,
     everything else (biases, running means, PReLU slopes) 0.1 N(0, 1). Tied tensors
-    (DAB-DETR's box head) are drawn once per name, so stay tied."""
-    g = torch.Generator().manual_seed(seed)
-    norm_weights = {id(m.weight) for m in model.modules()
-                    if 'Norm' in type(m).__name__ and torch.is_tensor(getattr(m, 'weight', None))}
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-    with torch.no_grad():
-        for name, t in model.state_dict(keep_vars=True).items():
-            if not t.is_floating_point():
-                continue
-            noise = torch.randn(t.shape, generator=g)
-            if name.endswith('running_var'):
-                t.copy_(0.5 + noise.abs())
-            elif id(t) in norm_weights:
-                t.copy_(1 + 0.1 * noise)
-            elif id(t) in embeddings:
-                t.copy_(noise)
-            elif t.dim() >= 2:
-                t.copy_(noise / t[0].numel() ** 0.5)
-            else:
-                t.copy_(0.1 * noise)
-    return model
+    (DAB-DETR's box head) stay tied."""
+    return randomize_(model, seed=seed, scale=0.1, fan_in=True, embedding_scale=1.0)
 
 
 def hf_pair(tmp, model='deformable_detr'):

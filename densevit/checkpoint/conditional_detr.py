@@ -40,15 +40,14 @@ Not in the keys, so assumed as HF builds them: the sine position encoding with
 temperature 10000 and D / 2 features per axis, ReLU FFNs, post-norm layers. The class
 count follows the checkpoint (``microsoft/conditional-detr-resnet-50``: 91 COCO ids).
 """
-from .layout import Layout, convert_state_dict
+from .detr import hf_variant_rules
+from .layout import Layout, convert_state_dict, detector_layout
 from .resnet import convert_hf_resnet_backbone
 
 _T = 'bbox_head.transformer.'
 _LEAF = r'(weight|bias)'
 _M = r'(?:model\.)?'
-_ENC = _M + r'encoder\.layers\.(\d+)\.'
 _DEC = _M + r'decoder\.layers\.(\d+)\.'
-_FUSED = {'weight': 'in_proj_weight', 'bias': 'in_proj_bias'}
 # Hub-file and module-layout spellings of one projection -> ours
 _PROJ = {'qcontent': 'q_content', 'q_content': 'q_content', 'qpos': 'q_pos', 'q_pos': 'q_pos',
          'kcontent': 'k_content', 'k_content': 'k_content', 'kpos': 'k_pos', 'k_pos': 'k_pos',
@@ -67,16 +66,8 @@ def _decoder_proj(m):
 HF = Layout(
     'Hugging Face Conditional DETR',
     r'(^|\.)decoder\.layers\.\d+\.(sa_qcontent_proj|self_attn\.q_content_proj)\.',
-    [
-        (_M + r'backbone\.(?:conv_encoder\.)?model\.(.+)', r'backbone.\1'),
-        (_M + r'input_projection\.' + _LEAF, r'bbox_head.input_proj.\1'),
+    hf_variant_rules() + [
         (_M + r'query_position_embeddings\.weight', 'bbox_head.query_embed.weight'),
-        (_ENC + r'self_attn\.(q|k|v)_proj\.' + _LEAF,
-         lambda m: f'{_T}encoder.{m[1]}.self_attn.{_FUSED[m[3]]}@{m[2]}'),
-        (_ENC + r'self_attn\.(?:out_proj|o_proj)\.' + _LEAF, _T + r'encoder.\1.self_attn.out_proj.\2'),
-        (_ENC + r'(?:mlp\.)?fc(1|2)\.' + _LEAF, _T + r'encoder.\1.ffn.linear\2.\3'),
-        (_ENC + r'self_attn_layer_norm\.' + _LEAF, _T + r'encoder.\1.norm1.\2'),
-        (_ENC + r'final_layer_norm\.' + _LEAF, _T + r'encoder.\1.norm2.\2'),
         # Hub file: sa_qcontent_proj ...; module layout: self_attn.q_content_proj ...
         (_DEC + rf'(sa|ca)_({_PROJ_NAMES})_proj\.' + _LEAF, _decoder_proj),
         (_DEC + rf'(self_attn|encoder_attn)\.({_PROJ_NAMES})_proj\.' + _LEAF, _decoder_proj),
@@ -85,17 +76,14 @@ HF = Layout(
         (_DEC + r'(?:mlp\.)?fc(1|2)\.' + _LEAF, _T + r'decoder.\1.ffn.linear\2.\3'),
         (_DEC + r'(self_attn_layer_norm|encoder_attn_layer_norm|final_layer_norm)\.' + _LEAF,
          lambda m: f'{_T}decoder.{m[1]}.{_NORMS[m[2]]}.{m[3]}'),
-        (_M + r'decoder\.layernorm\.' + _LEAF, _T + r'decoder_norm.\1'),
         (_M + r'decoder\.(query_scale|ref_point_head)\.layers\.(\d)\.' + _LEAF,
          _T + r'\1.layers.\2.\3'),
         (r'class_labels_classifier\.' + _LEAF, r'bbox_head.class_embed.\1'),
-        (r'bbox_predictor\.layers\.(\d)\.' + _LEAF, r'bbox_head.bbox_embed.layers.\1.\2'),
     ],
     post=convert_hf_resnet_backbone)
 
-DENSEVIT = Layout('densevit Conditional DETR', r'^bbox_head\.transformer\.decoder\.\d+\.'
-                                               r'cross_attn\.q_spatial\.',
-                  [(r'((?:backbone|neck|bbox_head)\..+)', r'\1')])
+DENSEVIT = detector_layout('densevit Conditional DETR',
+                           r'^bbox_head\.transformer\.decoder\.\d+\.cross_attn\.q_spatial\.')
 
 
 def model_layouts(state_dict):
@@ -104,10 +92,6 @@ def model_layouts(state_dict):
 
 
 def convert_conditional_detr(state_dict, strict=False):
-    """Convert an HF Conditional DETR checkpoint (or a densevit one) to densevit's keys.
-
-    Args:
-        state_dict (dict): source tensors.
-        strict (bool): raise on keys no rule explains (else kept, reported when loaded).
-    """
+    """Convert an HF Conditional DETR checkpoint (or a densevit one) to densevit's keys
+    (``strict``: as :func:`~densevit.checkpoint.layout.convert_state_dict`)."""
     return convert_state_dict(state_dict, [HF, DENSEVIT], 'Conditional DETR', strict)

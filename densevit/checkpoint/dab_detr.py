@@ -37,15 +37,14 @@ both axes (``temperature_height`` = ``temperature_width``, densevit has one), no
 ``normalize_before``, no pattern embeddings (``num_patterns`` 0: a file with
 ``model.patterns`` is refused as not understood).
 """
-from .layout import Layout, convert_state_dict
+from .detr import hf_variant_rules
+from .layout import Layout, convert_state_dict, detector_layout
 from .resnet import convert_hf_resnet_backbone
 
 _T = 'bbox_head.transformer.'
 _LEAF = r'(weight|bias)'
 _M = r'(?:model\.)?'
-_ENC = _M + r'encoder\.layers\.(\d+)\.'
 _DEC = _M + r'decoder\.layers\.(\d+)\.'
-_FUSED = {'weight': 'in_proj_weight', 'bias': 'in_proj_bias'}
 _PROJ = {'query_content': 'q_content', 'query_pos': 'q_pos', 'key_content': 'k_content',
          'key_pos': 'k_pos', 'value': 'value', 'query_pos_sine': 'q_spatial'}
 _PROJ_NAMES = '|'.join(sorted(_PROJ, key=len, reverse=True))
@@ -54,17 +53,10 @@ _DEC_NORMS = {'self_attn.self_attn_layer_norm': 'norm1',
 
 HF = Layout(
     'Hugging Face DAB-DETR', r'(^|\.)decoder\.layers\.\d+\.self_attn\.self_attn_query_content_proj\.',
-    [
-        (_M + r'backbone\.(?:conv_encoder\.)?model\.(.+)', r'backbone.\1'),
-        (_M + r'input_projection\.' + _LEAF, r'bbox_head.input_proj.\1'),
+    hf_variant_rules() + [
         (_M + r'query_refpoint_embeddings\.weight', 'bbox_head.anchor_embed.weight'),
-        (_ENC + r'self_attn\.(q|k|v)_proj\.' + _LEAF,
-         lambda m: f'{_T}encoder.{m[1]}.self_attn.{_FUSED[m[3]]}@{m[2]}'),
-        (_ENC + r'self_attn\.(?:out_proj|o_proj)\.' + _LEAF, _T + r'encoder.\1.self_attn.out_proj.\2'),
-        (_ENC + r'(?:mlp\.)?fc(1|2)\.' + _LEAF, _T + r'encoder.\1.ffn.linear\2.\3'),
-        (_ENC + r'activation_fn\.weight', _T + r'encoder.\1.ffn.activation.weight'),
-        (_ENC + r'self_attn_layer_norm\.' + _LEAF, _T + r'encoder.\1.norm1.\2'),
-        (_ENC + r'final_layer_norm\.' + _LEAF, _T + r'encoder.\1.norm2.\2'),
+        (_M + r'encoder\.layers\.(\d+)\.activation_fn\.weight',
+         _T + r'encoder.\1.ffn.activation.weight'),
         (_M + r'encoder\.query_scale\.layers\.(\d)\.' + _LEAF,
          _T + r'encoder_query_scale.layers.\1.\2'),
         (_DEC + rf'(self_attn|cross_attn)\.\2_({_PROJ_NAMES})_proj\.' + _LEAF,
@@ -76,17 +68,14 @@ HF = Layout(
         (_DEC + r'(self_attn\.self_attn_layer_norm|cross_attn\.cross_attn_layer_norm|'
                 r'mlp\.final_layer_norm)\.' + _LEAF,
          lambda m: f'{_T}decoder.{m[1]}.{_DEC_NORMS[m[2]]}.{m[3]}'),
-        (_M + r'decoder\.layernorm\.' + _LEAF, _T + r'decoder_norm.\1'),
         (_M + r'decoder\.(query_scale|ref_point_head|ref_anchor_head)\.layers\.(\d)\.' + _LEAF,
          _T + r'\1.layers.\2.\3'),
         (r'class_embed\.' + _LEAF, r'bbox_head.class_embed.\1'),
-        (r'bbox_predictor\.layers\.(\d)\.' + _LEAF, r'bbox_head.bbox_embed.layers.\1.\2'),
     ],
     drop={_M + r'decoder\.bbox_embed\..+': 'tied to bbox_predictor (one box predictor)'},
     post=convert_hf_resnet_backbone)
 
-DENSEVIT = Layout('densevit DAB-DETR', r'^bbox_head\.anchor_embed\.weight$',
-                  [(r'((?:backbone|neck|bbox_head)\..+)', r'\1')])
+DENSEVIT = detector_layout('densevit DAB-DETR', r'^bbox_head\.anchor_embed\.weight$')
 
 
 def model_layouts(state_dict):
@@ -95,10 +84,6 @@ def model_layouts(state_dict):
 
 
 def convert_dab_detr(state_dict, strict=False):
-    """Convert an HF DAB-DETR checkpoint (or a densevit one) to densevit's keys.
-
-    Args:
-        state_dict (dict): source tensors.
-        strict (bool): raise on keys no rule explains (else kept, reported when loaded).
-    """
+    """Convert an HF DAB-DETR checkpoint (or a densevit one) to densevit's keys
+    (``strict``: as :func:`~densevit.checkpoint.layout.convert_state_dict`)."""
     return convert_state_dict(state_dict, [HF, DENSEVIT], 'DAB-DETR', strict)

@@ -83,7 +83,7 @@ from collections import OrderedDict
 
 import torch
 
-from .layout import Layout, convert_state_dict
+from .layout import Layout, convert_state_dict, detector_layout
 from .resnet import convert_hf_resnet_backbone
 
 _T = 'bbox_head.transformer.'
@@ -251,8 +251,7 @@ def _mmdet_refined(state_dict):
                for ts in groups.values() for t in ts[1:])
 
 
-DENSEVIT = Layout('densevit Deformable DETR', r'^bbox_head\.transformer\.encoder\.\d+\.',
-                  [(r'((?:backbone|neck|bbox_head)\..+)', r'\1')])
+DENSEVIT = detector_layout('densevit Deformable DETR', r'^bbox_head\.transformer\.encoder\.\d+\.')
 
 
 def model_layouts(state_dict):

@@ -83,7 +83,7 @@ count follows the checkpoint (COCO: 91 ids + no-object = 92 logits in the
 official files, 80 + 1 in MMDetection's); build the head with the same
 ``num_classes`` to load it.
 """
-from .layout import Layout, convert_state_dict
+from .layout import Layout, convert_state_dict, detector_layout
 from .resnet import convert_hf_resnet_backbone
 
 _T = 'bbox_head.transformer.'
@@ -141,6 +141,34 @@ HF = Layout(
         (r'bbox_predictor\.layers\.(\d+)\.' + _LEAF, r'bbox_head.bbox_embed.layers.\1.\2'),
     ])
 
+_HF_ENC = _M + r'encoder\.layers\.(\d+)\.'
+
+
+def hf_variant_rules():
+    """Rename rules for what HF's DETR variants (Conditional DETR, DAB-DETR) keep of
+    :data:`HF` DETR: ``(model.)backbone.(conv_encoder.)model.*`` -> ``backbone.*``,
+    ``input_projection`` -> ``bbox_head.input_proj`` and DETR's encoder layers (``T`` =
+    ``bbox_head.transformer.``): ``self_attn.{q,k,v}_proj`` fused into
+    ``T.encoder.N.self_attn.in_proj_*``, ``self_attn.{out_proj,o_proj}`` -> ``out_proj``,
+    ``(mlp.)fc1`` / ``fc2`` -> ``ffn.linear1`` / ``linear2``, ``self_attn_layer_norm`` /
+    ``final_layer_norm`` -> ``norm1`` / ``norm2``; ``(model.)decoder.layernorm`` ->
+    ``T.decoder_norm`` and ``bbox_predictor.layers.N`` -> ``bbox_head.bbox_embed.layers.N``.
+    The query table, the decoder layers and the classifier are each variant's."""
+    return [
+        (_M + r'backbone\.(?:conv_encoder\.)?model\.(.+)', r'backbone.\1'),
+        (_M + r'input_projection\.' + _LEAF, r'bbox_head.input_proj.\1'),
+        (_HF_ENC + r'self_attn\.(q|k|v)_proj\.' + _LEAF,
+         lambda m: f'{_T}encoder.{m[1]}.self_attn.{_PROJ_LEAF[m[3]]}@{m[2]}'),
+        (_HF_ENC + r'self_attn\.(?:out_proj|o_proj)\.' + _LEAF,
+         _T + r'encoder.\1.self_attn.out_proj.\2'),
+        (_HF_ENC + r'(?:mlp\.)?fc(1|2)\.' + _LEAF, _T + r'encoder.\1.ffn.linear\2.\3'),
+        (_HF_ENC + r'self_attn_layer_norm\.' + _LEAF, _T + r'encoder.\1.norm1.\2'),
+        (_HF_ENC + r'final_layer_norm\.' + _LEAF, _T + r'encoder.\1.norm2.\2'),
+        (_M + r'decoder\.layernorm\.' + _LEAF, _T + r'decoder_norm.\1'),
+        (r'bbox_predictor\.layers\.(\d)\.' + _LEAF, r'bbox_head.bbox_embed.layers.\1.\2'),
+    ]
+
+
 _MM_LAYER = r'(encoder|decoder)\.layers\.(\d+)\.'
 _MM_ATTN = r'(in_proj_weight|in_proj_bias|out_proj\.weight|out_proj\.bias)'
 
@@ -169,8 +197,7 @@ MMDET = Layout(
         (r'bbox_head\.fc_reg\.' + _LEAF, r'bbox_head.bbox_embed.layers.2.\1'),
     ])
 
-DENSEVIT = Layout('densevit DETR', r'^bbox_head\.transformer\.encoder\.\d+\.',
-                  [(r'((?:backbone|neck|bbox_head)\..+)', r'\1')])
+DENSEVIT = detector_layout('densevit DETR', r'^bbox_head\.transformer\.encoder\.\d+\.')
 
 
 HF.post = convert_hf_resnet_backbone

@@ -68,6 +68,12 @@ class Layout:
         return key, False
 
 
+
+def detector_layout(name, signature):
+    """A densevit detector's own keys (``backbone.*``, ``neck.*``, ``bbox_head.*``), kept as
+    they are; recognised by ``signature`` (a key only that head has)."""
+    return Layout(name, signature, [(r'((?:backbone|neck|bbox_head)\..+)', r'\1')])
+
 def fuse_parts(state_dict):
     """Concatenate ``name@q``, ``name@k``, ``name@v`` into ``name`` (dim 0).
 

@@ -12,8 +12,7 @@ from densevit.checkpoint.convert import convert_model
 from densevit.checkpoint.deformable_detr import convert_deformable_detr
 from densevit.registry import MODELS
 from densevit.structures import DataSample
-
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 transformers = pytest.importorskip('transformers')
 _SCOPES = itertools.count()  # a fresh default-scope name per model

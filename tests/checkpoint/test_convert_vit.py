@@ -10,8 +10,7 @@ from densevit.checkpoint.pretrained import load_pretrained
 from densevit.checkpoint.read import read_checkpoint
 from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.vit import VisionTransformer
-
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 TINY = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
 

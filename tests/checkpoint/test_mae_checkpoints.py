@@ -25,8 +25,7 @@ from densevit.checkpoint.match import CheckpointMismatchError
 from densevit.checkpoint.vit import convert_mae, convert_vit
 from densevit.models.backbones.vit import VisionTransformer
 from densevit.registry import MODELS
-
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 FINETUNE = Path(__file__).resolve().parents[2] / 'configs' / 'mae' / 'finetune'
 TINY = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)

@@ -20,39 +20,23 @@ import copy
 import pytest
 import torch
 
-from densevit.apis import init_model
 from densevit.checkpoint.conditional_detr import convert_conditional_detr
-from densevit.checkpoint.convert import convert_model
-from densevit.checkpoint.match import CheckpointMismatchError
-from densevit.checkpoint.read import read_checkpoint
 
-from hf_detr_family import (
-    SIZES,
-    MatchRecorder,
-    build_ours,
-    compare_grads,
-    compare_losses,
-    hf_kwargs,
-    hf_labels,
-    padded_batch,
-    per_layer,
-    randomized,
-    record_hf_matches,
-    tiny_config,
-    weighted_total,
-)
+import hf_detr_family as family
 
 transformers = pytest.importorskip('transformers')
 from transformers.models.conditional_detr import modeling_conditional_detr as hf_cd  # noqa: E402
 
-L = SIZES['layers']
+L = family.SIZES['layers']
 WEIGHTS = dict(loss_cls=2.0, loss_bbox=5.0, loss_iou=2.0)  # the paper's (the head's default)
 RECIPE = 'conditional_detr/conditional_detr_r50_8xb2-50e_coco.py'
+LAYOUT, HEAD = 'Hugging Face Conditional DETR', 'ConditionalDETRHead'
 
 
 @pytest.fixture(scope='module')
 def hf_file(tmp_path_factory):
-    cfg = transformers.ConditionalDetrConfig(d_model=SIZES['d_model'], **hf_kwargs(transformers))
+    cfg = transformers.ConditionalDetrConfig(d_model=family.SIZES['d_model'],
+                                             **family.hf_kwargs(transformers))
     model = transformers.ConditionalDetrForObjectDetection(cfg)
     wide = [model.model.query_position_embeddings.weight, model.class_labels_classifier.weight,
             model.bbox_predictor.layers[-1].weight]
@@ -60,33 +44,19 @@ def hf_file(tmp_path_factory):
         attn = layer.encoder_attn
         wide += [attn.q_content_proj.weight, attn.k_content_proj.weight,
                  attn.q_pos_sine_proj.weight, attn.k_pos_proj.weight]
-    model = randomized(model, seed=3, wide=wide)
-    path = tmp_path_factory.mktemp('hf_conditional_detr')
-    model.save_pretrained(path)  # the Hub layout: sa_qcontent_proj, ca_qpos_sine_proj ...
-    return model, path / 'model.safetensors'
-
-
-def _loaded(path):
-    sd = convert_model(read_checkpoint(path), strict=True)
-    assert sd.layout == 'Hugging Face Conditional DETR'
-    ours = build_ours('ConditionalDETRHead')
-    ours.load_state_dict(sd, strict=True)
-    return ours
+    # saved in the Hub layout: sa_qcontent_proj, ca_qpos_sine_proj ...
+    return family.saved_hf_file(model, 3, wide, tmp_path_factory)
 
 
 def test_eval_outputs_match_hf(hf_file):
     hf, path = hf_file
-    ours = _loaded(path)
-    x, pixel_mask, samples = padded_batch()
+    ours = family.loaded(path, LAYOUT, HEAD)
+    x, pixel_mask, samples = family.padded_batch()
     with torch.no_grad():
         ref = hf(pixel_values=x, pixel_mask=pixel_mask)
         out = ours(x, samples, mode='tensor')
         unmasked = hf(pixel_values=x)
-    # the queries differ (by 10x the tolerance at least), so a mix-up of query rows would show
-    assert ref.logits.std(dim=1).min() > 1e-2 and ref.pred_boxes.std(dim=1).min() > 1e-3
-    assert (out['pred_logits'][-1] - ref.logits).abs().max() <= 1e-4
-    assert (out['pred_boxes'][-1] - ref.pred_boxes).abs().max() <= 1e-4
-    assert (unmasked.logits[1] - ref.logits[1]).abs().max() > 1e-3  # the padding mask matters
+    family.assert_eval_outputs_match(ref, out, unmasked)
 
 
 def _hf_losses(hf, x, pixel_mask, labels):
@@ -124,54 +94,34 @@ def _float64_position_encoding(head, hf):
 def test_training_float64_matches_losses_and_gradients(hf_file, monkeypatch, encoding, rtol):
     """With densevit's own float32 image encoding the losses and gradients agree to
     ~1e-7 relative; with HF's float64 encoding swapped in, to ~1e-12: the rest is exact."""
-    hf, path = hf_file
-    hf = copy.deepcopy(hf).double().train()
-    for p in hf.parameters():  # HF freezes its backbone; ours trains it: compare it too
-        p.requires_grad_(True)
-    ours = _loaded(path).double().train()
-    head = ours.bbox_head
-    head.criterion.matcher = ours_matches = MatchRecorder(head.criterion.matcher)
+    t = family.float64_training(*hf_file, LAYOUT, HEAD, monkeypatch)
     if encoding == 'float64':
-        _float64_position_encoding(head, hf)
-    hf_matches = record_hf_matches(monkeypatch)
-    x, pixel_mask, samples = padded_batch(torch.float64)
+        _float64_position_encoding(t.head, t.hf)
 
-    losses = ours(x, samples, mode='loss')
-    last, ref = _hf_losses(hf, x, pixel_mask, hf_labels(head, samples, torch.float64))
+    losses = t.ours(t.x, t.samples, mode='loss')
+    labels = family.hf_labels(t.head, t.samples, torch.float64)
+    last, ref = _hf_losses(t.hf, t.x, t.pixel_mask, labels)
 
     # matches: HF's forward matched the last layer once, then its loss over all layers
-    assert per_layer(hf_matches[1:], L) == ours_matches.calls
-    assert hf_matches[0] == ours_matches.calls[-1]
-    assert all(len(i) == n for calls in ours_matches.calls
-               for (i, _), n in zip(calls, (3, 2), strict=True))
+    family.assert_same_matches(t.hf_matches[1:], t.ours_matches.calls)
+    assert t.hf_matches[0] == t.ours_matches.calls[-1]
     for k in ('loss_ce', 'loss_bbox', 'loss_giou'):
         torch.testing.assert_close(last[k], ref[k], rtol=0, atol=0)
-    loss_diff = compare_losses(losses, ref, WEIGHTS, L, rtol=rtol / 10)
+    loss_diff = family.compare_losses(losses, ref, WEIGHTS, L, rtol=rtol / 10)
 
     sum(losses.values()).backward()
-    weighted_total(ref, WEIGHTS, L).backward()
-    grad_rel, grad_abs = compare_grads(ours, hf, convert_conditional_detr, rtol=rtol)
+    family.weighted_total(ref, WEIGHTS, L).backward()
+    grad_rel, grad_abs = family.compare_grads(t.ours, t.hf, convert_conditional_detr, rtol=rtol)
     print(f'{encoding}: max relative loss diff {loss_diff:.2e}, gradients: max relative diff '
           f'{grad_rel:.2e}, max absolute diff {grad_abs:.2e}')
 
 
 def test_init_model_loads_the_hf_file_whole(hf_file, tmp_path):
-    hf, path = hf_file
-    model = init_model(tiny_config(tmp_path, RECIPE, 'ConditionalDETRHead'), str(path))
-    x, pixel_mask, samples = padded_batch()
-    with torch.no_grad():
-        out = model(x, samples, mode='tensor')
-        ref = hf(pixel_values=x, pixel_mask=pixel_mask)
-    assert (out['pred_boxes'][-1] - ref.pred_boxes).abs().max() <= 1e-4
+    family.assert_init_model_loads_whole(*hf_file, tmp_path, RECIPE, HEAD)
 
 
 @pytest.mark.parametrize('recipe,head', [
     ('dab_detr/dab_detr_r50_8xb2-50e_coco.py', 'DABDETRHead'),
     ('detr_resnet50.py', 'DETRHead')])
 def test_another_detr_variant_is_refused_naming_both(hf_file, tmp_path, recipe, head):
-    _, path = hf_file
-    with pytest.raises(CheckpointMismatchError) as e:
-        init_model(tiny_config(tmp_path, recipe, head), str(path))
-    message = str(e.value)
-    assert 'Hugging Face Conditional DETR checkpoint' in message
-    assert f'the config builds DETR(ResNet, {head})' in message
+    family.assert_refused(hf_file[1], tmp_path, recipe, head, LAYOUT)

@@ -10,8 +10,7 @@ from densevit.checkpoint.mit import convert_mit, convert_segformer, detect_mit_l
 from densevit.models.backbones.mit import ARCH_SETTINGS, MixVisionTransformer
 from densevit.models.heads.segformer_head import SegformerHead
 from densevit.registry import MODELS
-
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 TINY = dict(arch=None, embed_dims=[8, 16, 24, 32], num_layers=[1, 1, 1, 1],
             num_heads=[1, 1, 2, 2])

@@ -13,9 +13,9 @@ from densevit.checkpoint.resnet import convert_hf_resnet, convert_resnet
 from densevit.models.backbones.resnet import ResNet
 from densevit.models.layers.frozen_bn import FrozenBatchNorm2d
 from densevit.registry import MODELS
+from densevit.utils.random_init import randomize_
 
 from hf_references import resnet_kwargs_from_hf_config
-from random_init import randomize_
 
 
 @pytest.mark.parametrize('depth,count', [(18, 11_176_512), (50, 23_508_032), (101, 42_500_160)])

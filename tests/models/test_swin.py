@@ -16,8 +16,7 @@ from densevit.models.layers.window_attention import (
     window_token_order,
 )
 from densevit.registry import MODELS
-
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 TINY = dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2))
 

@@ -1,18 +1,25 @@
 """Shared pieces of the Conditional DETR / DAB-DETR comparisons with HF transformers
 (tests/models/test_conditional_detr_vs_hf.py, test_dab_detr_vs_hf.py): the tiny sizes, a
-padded batch of two image sizes with boxes, densevit's tiny detector and config, and the
-recorders of matched pairs and gradients. HF's models are the reference implementation."""
+padded batch of two image sizes with boxes, densevit's tiny detector and config, the HF
+file and its loading, the recorders of matched pairs and gradients, and the checks both
+make. HF's models are the reference implementation."""
 import contextlib
+import copy
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
 from mmengine.registry import DefaultScope
 from mmengine.structures import InstanceData
 
+from densevit.apis import init_model
+from densevit.checkpoint.convert import convert_model
+from densevit.checkpoint.match import CheckpointMismatchError
+from densevit.checkpoint.read import read_checkpoint
 from densevit.registry import MODELS
 from densevit.structures import DataSample
-
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 SIZES = dict(d_model=32, heads=2, ffn=64, queries=10, classes=3, layers=2)
@@ -47,6 +54,15 @@ def randomized(model, seed, wide=()):
     return model.eval()
 
 
+def saved_hf_file(model, seed, wide, tmp_path_factory):
+    """``model`` :func:`randomized` and saved with ``save_pretrained`` (the Hub layout)
+    -> (model, the path of its ``model.safetensors``)."""
+    model = randomized(model, seed=seed, wide=wide)
+    path = tmp_path_factory.mktemp(f'hf_{type(model).__name__}')
+    model.save_pretrained(path)
+    return model, path / 'model.safetensors'
+
+
 def tiny_head_cfg(head_type, **kwargs):
     s = SIZES
     return dict(type=head_type, num_classes=s['classes'], embed_dims=s['d_model'],
@@ -77,6 +93,16 @@ def tiny_config(tmp_path, recipe, head_type):
         f"        transformer=dict(num_heads={s['heads']}, num_encoder_layers={s['layers']}, "
         f"num_decoder_layers={s['layers']}, feedforward_channels={s['ffn']})))\n")
     return path
+
+
+def loaded(path, layout, head_type):
+    """:func:`build_ours` with ``head_type``, its weights the HF file at ``path`` converted
+    (strictly) from ``layout``."""
+    sd = convert_model(read_checkpoint(path), strict=True)
+    assert sd.layout == layout
+    ours = build_ours(head_type)
+    ours.load_state_dict(sd, strict=True)
+    return ours
 
 
 def padded_batch(dtype=torch.float32):
@@ -200,3 +226,65 @@ def default_dtype(dtype):
         yield
     finally:
         torch.set_default_dtype(old)
+
+
+
+def assert_eval_outputs_match(ref, out, unmasked):
+    """HF's outputs ``ref`` on :func:`padded_batch` and densevit's (``mode='tensor'``)
+    ``out``: the last layer's logits and boxes within 1e-4; the queries differ (by 10x the
+    tolerance at least), so a mix-up of query rows would show; HF's outputs without the
+    padding mask (``unmasked``) differ: the mask matters."""
+    assert ref.logits.std(dim=1).min() > 1e-2 and ref.pred_boxes.std(dim=1).min() > 1e-3
+    assert (out['pred_logits'][-1] - ref.logits).abs().max() <= 1e-4
+    assert (out['pred_boxes'][-1] - ref.pred_boxes).abs().max() <= 1e-4
+    assert (unmasked.logits[1] - ref.logits[1]).abs().max() > 1e-3
+
+
+def float64_training(hf, path, layout, head_type, monkeypatch):
+    """Both models in float64 train mode for the training comparison: HF's (a copy) with
+    every parameter trainable (HF freezes its backbone; ours trains it: compare it too),
+    densevit's loaded from ``path``, both matchers recorded, :func:`padded_batch` in float64.
+
+    Returns:
+        namespace of hf, ours, head (``ours.bbox_head``), ours_matches
+        (:class:`MatchRecorder`), hf_matches (:func:`record_hf_matches`), x, pixel_mask,
+        samples.
+    """
+    hf = copy.deepcopy(hf).double().train()
+    for p in hf.parameters():
+        p.requires_grad_(True)
+    ours = loaded(path, layout, head_type).double().train()
+    head = ours.bbox_head
+    head.criterion.matcher = ours_matches = MatchRecorder(head.criterion.matcher)
+    hf_matches = record_hf_matches(monkeypatch)
+    x, pixel_mask, samples = padded_batch(torch.float64)
+    return SimpleNamespace(hf=hf, ours=ours, head=head, ours_matches=ours_matches,
+                           hf_matches=hf_matches, x=x, pixel_mask=pixel_mask, samples=samples)
+
+
+def assert_same_matches(hf_calls, ours_calls):
+    """HF's matches (last layer first, then the auxiliary ones) equal densevit's per layer,
+    and every layer matched the batch's 3 and 2 boxes."""
+    assert per_layer(hf_calls, SIZES['layers']) == ours_calls
+    assert all(len(i) == n for calls in ours_calls for (i, _), n in zip(calls, (3, 2), strict=True))
+
+
+def assert_init_model_loads_whole(hf, path, tmp_path, recipe, head_type):
+    """The HF file loads whole through ``init_model`` with :func:`tiny_config` of ``recipe``
+    and predicts HF's boxes (within 1e-4)."""
+    model = init_model(tiny_config(tmp_path, recipe, head_type), str(path))
+    x, pixel_mask, samples = padded_batch()
+    with torch.no_grad():
+        out = model(x, samples, mode='tensor')
+        ref = hf(pixel_values=x, pixel_mask=pixel_mask)
+    assert (out['pred_boxes'][-1] - ref.pred_boxes).abs().max() <= 1e-4
+
+
+def assert_refused(path, tmp_path, recipe, head_type, layout):
+    """The HF file (in ``layout``) is refused by ``init_model`` with :func:`tiny_config` of
+    another DETR variant's ``recipe``, naming both."""
+    with pytest.raises(CheckpointMismatchError) as e:
+        init_model(tiny_config(tmp_path, recipe, head_type), str(path))
+    message = str(e.value)
+    assert f'{layout} checkpoint' in message
+    assert f'the config builds DETR(ResNet, {head_type})' in message

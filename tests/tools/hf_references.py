@@ -3,7 +3,7 @@ converter tests (transformers is the reference implementation)."""
 import pytest
 import torch
 
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 # the tiny DETR's sizes; densevit configs built to match use the same
 DETR_SIZES = dict(d_model=32, heads=2, ffn=64, queries=5, classes=3, layers=2)

@@ -2,7 +2,7 @@
 randomise a reference model, and save it as mmengine saves a model.
 
 Run only in the reference environment (``setup_venv.sh``), through ``make_all.sh``,
-which puts this folder and ``tests/tools`` on ``PYTHONPATH``.
+which puts the repository (densevit) and this folder on ``PYTHONPATH``.
 
 Each fixture is two files in ``tests/checkpoint/fixtures/``:
 

@@ -7,6 +7,6 @@ venv=${1:-$root/.venv-openmmlab}
 cd "$root"
 for script in tools/dev/openmmlab_fixtures/make_*.py; do
     echo "== $script"
-    PYTHONPATH="$root/tools/dev/openmmlab_fixtures:$root/tests/tools" "$venv/bin/python" "$script"
+    PYTHONPATH="$root:$root/tools/dev/openmmlab_fixtures" "$venv/bin/python" "$script"
 done
 du -ch tests/checkpoint/fixtures/* | tail -1

@@ -16,7 +16,7 @@ import functools
 import torch
 from common import build, import_openmmlab, save_io, save_like_mmengine, versions
 
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 D, CLASSES, QUERIES, DETS = 16, 3, 6, 10
 SIZES = [(48, 64), (40, 56)]  # the padded batch (h, w)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from common import build, import_openmmlab, save_io, save_like_mmengine, versions
 
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 NAME = 'mmdet_detr_r50'
 D, HEADS, FFN_DIMS, ENC, DEC, QUERIES, MAX_PER_IMG = 32, 4, 64, 1, 2, 30, 20

@@ -22,7 +22,7 @@ import copy
 import torch
 from common import build, import_openmmlab, save_io, save_like_mmengine, versions
 
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 NAME, K = 'mmseg_segformer', 5
 CFG = dict(

@@ -24,7 +24,7 @@ import copy
 import torch
 from common import build, import_openmmlab, save_io, save_like_mmengine, versions
 
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 D, K, C, P = 32, 3, 8, 8  # width, classes, head channels
 LN = dict(type='LN', eps=1e-6, requires_grad=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from common import FIXTURES, build, import_openmmlab, save_io, save_like_mmengine, versions
 
-from random_init import randomize_
+from densevit.utils.random_init import randomize_
 
 WINDOW = 7
 # maps 8x8 then 4x4 (smaller than the window), 14x14 then 7x7 (the window: 224-like)
