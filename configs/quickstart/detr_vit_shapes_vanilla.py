@@ -1,8 +1,8 @@
 # Vanilla DETR (Carion et al. 2020) on a small ViT, on the procedural shapes data (generated
 # under data/shapes/ on first use): the base of the shapes detection configs (data, schedule),
 # kept as the model that does NOT converge in a CPU budget. It stays on its plateau (every
-# query predicting the average box): AP50 0.004 after 1,366 iterations, single seed, output
-# not kept. For DETR on a ViT that learns use configs/quickstart/detr_vit_shapes.py
+# query predicting the average box): its curve beside the others' is in docs/detr_family.md.
+# For DETR on a ViT that learns use configs/quickstart/detr_vit_shapes.py
 # (Plain-DETR's head); this model learns its 16 training images in detr_vit_shapes_overfit16.py.
 #   python tools/train.py configs/quickstart/detr_vit_shapes_vanilla.py
 _base_ = ['../_base_/models/detr.py', '../_base_/default_runtime.py']
