@@ -102,7 +102,7 @@ class PlainDETRHead(DeformableDETRHead):
             for _ in range(num_decoder_layers))
         self.box_rpb = None if box_rpb is None else nn.ModuleList(
             BoxRelativePositionBias(num_heads, **box_rpb) for _ in range(num_decoder_layers))
-        self.num_heads = num_heads
+        self.embed_dims = embed_dims
         self.query_pos_head = MLP(2 * embed_dims, embed_dims, embed_dims, 2) \
             if box_query_pos else None
         pe = dict(num_feats=embed_dims // 2, normalize=True, offset=-0.5, **positional_encoding)
@@ -168,7 +168,7 @@ class PlainDETRHead(DeformableDETRHead):
         out = tgt
         for i, layer in enumerate(self.decoder):
             if self.query_pos_head is not None:
-                sine = box_sine_embedding(reference, self.query_pos_head.layers[0].in_features // 4)
+                sine = box_sine_embedding(reference, self.embed_dims // 2)  # [B, T, 2D]
                 query_pos = self.query_pos_head(sine.to(tgt.dtype))
             bias = self.cross_attn_bias(i, reference * scale, key_mask, size)
             out = layer(out, memory, pos=pos, query_pos=query_pos,
