@@ -1,4 +1,4 @@
-"""DETR-R50 against MMDetection, Deformable / Conditional / DAB-DETR-R50 against Hugging Face,
+"""DETR-R50 against MMDetection, DETR / Deformable / Conditional / DAB-DETR-R50 against Hugging Face,
 same weights, one run, interleaved.
 
     # DETR-R50 vs MMDetection 3.3 (its reference environment, tools/dev/openmmlab_fixtures):
@@ -6,19 +6,20 @@ same weights, one run, interleaved.
         benchmarks/bench_detr_peers.py --peer mmdet
     # Deformable DETR-R50 vs transformers' DeformableDetrForObjectDetection:
     python benchmarks/bench_detr_peers.py --peer hf [--json FILE]
-    # Conditional DETR-R50 / DAB-DETR-R50 vs ConditionalDetrForObjectDetection /
-    # DabDetrForObjectDetection:
+    # DETR-R50 / Conditional DETR-R50 / DAB-DETR-R50 vs DetrForObjectDetection /
+    # ConditionalDetrForObjectDetection / DabDetrForObjectDetection:
+    python benchmarks/bench_detr_peers.py --peer hf --model detr [--json FILE]
     python benchmarks/bench_detr_peers.py --peer hf --model conditional_detr [--json FILE]
     python benchmarks/bench_detr_peers.py --peer hf --model dab_detr [--json FILE]
 
 The peer is built at full size from its own definition (MMDetection's zoo config
-``detr_r50_8xb2-150e_coco.py``; transformers' ``DeformableDetrConfig`` /
+``detr_r50_8xb2-150e_coco.py``; transformers' ``DeformableDetrConfig`` / ``DetrConfig`` /
 ``ConditionalDetrConfig`` / ``DabDetrConfig`` with its ResNet-50, pure-PyTorch attention),
 its random weights converted into the densevit model of ``configs/detr_resnet50.py`` /
 ``configs/deformable_detr/deformable_detr_r50_16xb2-50e_coco.py`` /
 ``configs/conditional_detr/conditional_detr_r50_8xb2-50e_coco.py`` /
 ``configs/dab_detr/dab_detr_r50_8xb2-50e_coco.py`` by densevit's own checkpoint converters
-(Conditional / DAB-DETR: every tensor of HF's model re-drawn (``_redraw``), the model saved
+(HF's DETR / Conditional / DAB-DETR: every tensor of HF's model re-drawn (``_redraw``), the model saved
 with ``save_pretrained`` and its ``model.safetensors`` loaded by ``init_model``, as a Hub
 file would be). The outputs are compared first (max |difference| of the last decoder
 layer's logits and boxes: the same function is being timed), then:
@@ -69,7 +70,7 @@ DETECTORS = {  # --model: (name printed, densevit config)
     'dab_detr': ('DAB-DETR-R50', 'configs/dab_detr/dab_detr_r50_8xb2-50e_coco.py'),
 }
 PEERS = {'mmdet': ('MMDetection 3.3', ['detr']),
-         'hf': ('HF transformers', ['deformable_detr', 'conditional_detr', 'dab_detr'])}
+         'hf': ('HF transformers', ['deformable_detr', 'detr', 'conditional_detr', 'dab_detr'])}
 
 
 def shapes_for(h, w):
@@ -151,20 +152,20 @@ def mmdet_pair(tmp):
 
 def _hf_masks(x, shapes):
     """HF's ``pixel_mask``: 1 on each image, 0 on its padding."""
-    mask = torch.zeros(x.shape[0], *x.shape[-2:], dtype=torch.long)
+    mask = torch.zeros(x.shape[0], *x.shape[-2:], dtype=torch.long, device=x.device)
     for i, (h, w) in enumerate(shapes):
         mask[i, :h, :w] = 1
     return mask
 
 
-def _hf_labels(shapes):
-    """HF's ``labels``: the boxes of ``_boxes`` as normalised cxcywh."""
+def _hf_labels(shapes, device='cpu'):
+    """HF's ``labels``: the boxes of ``_boxes`` as normalised cxcywh, on ``device``."""
     out = []
     for h, w in shapes:
         bboxes, cls = _boxes(h, w)
         cxcywh = torch.cat([(bboxes[:, :2] + bboxes[:, 2:]) / 2, bboxes[:, 2:] - bboxes[:, :2]],
                            dim=1) / torch.tensor([w, h, w, h])
-        out.append(dict(class_labels=cls, boxes=cxcywh))
+        out.append(dict(class_labels=cls.to(device), boxes=cxcywh.to(device)))
     return out
 
 
@@ -201,8 +202,8 @@ def _redraw(model, seed=0):
 
 def hf_pair(tmp, model='deformable_detr'):
     """(densevit model, HF peer, fns) for ``model``: Deformable DETR-R50
-    (DeformableDetrForObjectDetection) or, via :func:`hf_conditional_pair`, Conditional /
-    DAB-DETR-R50."""
+    (DeformableDetrForObjectDetection) or, via :func:`hf_conditional_pair`, DETR-R50,
+    Conditional DETR-R50 or DAB-DETR-R50."""
     if model != 'deformable_detr':
         return hf_conditional_pair(tmp, model)
     from transformers import DeformableDetrConfig, DeformableDetrForObjectDetection, ResNetConfig
@@ -229,19 +230,26 @@ def hf_pair(tmp, model='deformable_detr'):
     return ours, peer, dict(
         peer_outputs=last_layer, peer_predict=predict,
         peer_loss=lambda x, shapes: {'loss': peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes),
-                                                  labels=_hf_labels(shapes)).loss})
+                                                  labels=_hf_labels(shapes, x.device)).loss})
 
 
 def hf_conditional_pair(tmp, model):
-    """(densevit Conditional DETR-R50 / DAB-DETR-R50, HF ConditionalDetrForObjectDetection /
-    DabDetrForObjectDetection, fns): HF's model at the COCO config, its weights re-drawn,
+    """(densevit DETR-R50 / Conditional DETR-R50 / DAB-DETR-R50, HF DetrForObjectDetection /
+    ConditionalDetrForObjectDetection / DabDetrForObjectDetection, fns): HF's model at the
+    COCO config, its weights re-drawn,
     saved with ``save_pretrained`` and loaded into densevit's COCO config by ``init_model``
     (the HF file converted on load, as a Hub file)."""
     import transformers
     backbone = transformers.ResNetConfig(out_features=['stage4'])  # ResNet-50, stride 32
     common = dict(use_timm_backbone=False, backbone_config=backbone, backbone=None,
                   use_pretrained_backbone=False, num_labels=80)
-    if model == 'conditional_detr':
+    if model == 'detr':
+        # the paper's dropout 0.1 also on attention weights and after the FFN activation
+        # (transformers' defaults: 0, 0), as Conditional DETR below
+        cfg = transformers.DetrConfig(**common, attention_dropout=0.1, activation_dropout=0.1,
+                                      auxiliary_loss=False)
+        peer = transformers.DetrForObjectDetection(cfg)
+    elif model == 'conditional_detr':
         # densevit's (the paper's) dropout 0.1 also on attention weights and after the FFN
         # activation (transformers' defaults: 0, 0); auxiliary_loss is switched on for the
         # training step only (module docstring)
@@ -259,20 +267,24 @@ def hf_conditional_pair(tmp, model):
     peer.save_pretrained(tmp)
     ours = init_model(str(ROOT / DETECTORS[model][1]), str(Path(tmp) / 'model.safetensors'),
                       cfg_options=NO_PRETRAINED)
-    num_dets = ours.bbox_head.num_dets  # 100 / 300: the configs' top-k
+    num_dets = getattr(ours.bbox_head, 'num_dets', None)  # 100 / 300: the configs' top-k
 
     def last_layer(x, shapes):
         out = peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes))
         return out.logits, out.pred_boxes
 
     def predict(x, shapes):
-        return _hf_top_k(peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes)), num_dets)
+        out = peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes))
+        if model == 'detr':  # softmax, the best class but "no object" of every query
+            scores, labels = out.logits.softmax(-1)[..., :-1].max(-1)
+            return scores, labels, out.pred_boxes
+        return _hf_top_k(out, num_dets)
 
     def loss(x, shapes):
         aux, peer.config.auxiliary_loss = peer.config.auxiliary_loss, True
         try:
             return {'loss': peer(pixel_values=x, pixel_mask=_hf_masks(x, shapes),
-                                 labels=_hf_labels(shapes)).loss}
+                                 labels=_hf_labels(shapes, x.device)).loss}
         finally:
             peer.config.auxiliary_loss = aux
     return ours, peer, dict(peer_outputs=last_layer, peer_predict=predict, peer_loss=loss)
@@ -283,7 +295,7 @@ def main(argv=None):
     p.add_argument('--peer', choices=list(PEERS), required=True)
     p.add_argument('--model', choices=list(DETECTORS),
                    help='default: detr for --peer mmdet, deformable_detr for --peer hf; '
-                        'mmdet has detr, hf deformable_detr, conditional_detr, dab_detr')
+                        'mmdet has detr, hf deformable_detr, detr, conditional_detr, dab_detr')
     p.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'), default=(800, 1066),
                    help='inference image size (default 800 1066; the second training '
                         'image is scaled alike)')

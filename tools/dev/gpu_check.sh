@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # functions called indirectly, through step()
-# The GPU path end to end, on a machine with one or more CUDA GPUs (docs/gpu.md).
-#   tools/dev/gpu_check.sh [--out DIR] [--iters N] [--skip STEP]...
+# The GPU path end to end, on a machine with one or more CUDA GPUs, in priority order
+# (docs/gpu.md):
+#   tools/dev/gpu_check.sh [--out DIR] [--iters N] [--deadline S] [--bundle FILE] [--skip STEP]...
 # Run from the repository root after the README's install with a CUDA build of torch;
-# installs nothing. Each step prints a header, its time and PASS/FAIL and goes on past
-# failures; the summary goes to stdout and DIR/gpu_check_summary.txt (default DIR:
-# work_dirs/gpu_check). Exit status 1 if any step failed. PYTHON picks the interpreter.
-# --skip STEP (repeatable) reports that step SKIP without running it (e.g. pytest_all, when
-# the suite runs elsewhere or in parallel).
+# installs nothing. Each step prints a header, its time and PASS/FAIL/TIMEOUT and goes on past
+# failures; the table (step, result, seconds) is rewritten to DIR/gpu_check_summary.txt after
+# every step (default DIR: work_dirs/gpu_check). --deadline S: the whole run ends within S
+# seconds, each step given the smaller of its own limit and what is left (a step that would get
+# under 20 s is reported SKIP). --bundle FILE: after every step, DIR's logs, summary and
+# benchmark outputs (no checkpoints) are packed into FILE (.tar.gz), so a run cut short keeps
+# them. Exit status 1 if any step failed. PYTHON picks the interpreter. --skip STEP
+# (repeatable) reports that step SKIP without running it.
 set -uo pipefail
 
 OUT=work_dirs/gpu_check
 ITERS=40
 SKIPS=" "
+DEADLINE=
+BUNDLE=
 while [ $# -gt 0 ]; do
     case $1 in
         --out) OUT=${2:?--out needs a folder}; shift 2 ;;
         --iters) ITERS=${2:?--iters needs a number}; shift 2 ;;
+        --deadline) DEADLINE=${2:?--deadline needs seconds}; shift 2 ;;
+        --bundle) BUNDLE=${2:?--bundle needs a file}; shift 2 ;;
         --skip) SKIPS="$SKIPS${2:?--skip needs a step name} "; shift 2 ;;
-        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-        *) echo "usage: $0 [--out DIR] [--iters N] [--skip STEP]..." >&2; exit 2 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        *) echo "usage: $0 [--out DIR] [--iters N] [--deadline S] [--bundle FILE] [--skip STEP]..." >&2
+           exit 2 ;;
     esac
 done
 if [ ! -f tools/train.py ] || [ ! -d densevit ]; then
@@ -34,40 +43,77 @@ SUMMARY="$OUT/gpu_check_summary.txt"
 ROWS=()
 FAILED=0
 LAST=
+T0=$(date +%s)
 
-# step NAME COMMAND...: run it, its output to the screen and OUT/logs/NAME.log
+# seconds a step may run: LIMIT, or less when --deadline leaves less
+allowed() {
+    local limit=$1 left
+    if [ -n "$DEADLINE" ]; then
+        left=$((DEADLINE - ($(date +%s) - T0) - 5))
+        [ "$left" -lt "$limit" ] && limit=$left
+    fi
+    echo "$limit"
+}
+
+write_summary() {
+    {
+        printf '%-36s %-7s %6s\n' step result seconds
+        printf '%s\n' "${ROWS[@]}"
+        echo "failed steps: $FAILED"
+    } > "$SUMMARY"
+    if [ -n "$BUNDLE" ]; then
+        tar czf "$BUNDLE.tmp" -C "$OUT" --exclude='*.pth' --exclude='*.safetensors' \
+            --exclude='*.onnx' . 2>/dev/null && mv "$BUNDLE.tmp" "$BUNDLE"
+    fi
+}
+
+# step NAME LIMIT COMMAND...: run it for at most LIMIT seconds (fewer near --deadline), its
+# output to the screen and OUT/logs/NAME.log
 step() {
-    local name=$1 start end secs result
-    shift
+    local name=$1 limit start end secs result rc
+    limit=$(allowed "$2")
+    shift 2
     if [[ "$SKIPS" == *" $name "* ]]; then
         skip "$name" "--skip"
         return
     fi
+    if [ "$limit" -lt 20 ]; then
+        skip "$name" "--deadline reached"
+        return
+    fi
+    if declare -F "$1" >/dev/null; then  # a shell function: timeout runs programs only
+        set -- bash -c '"$@"' _ "$@"
+    fi
     echo
-    echo "=== $name: $*"
+    echo "=== $name (at most ${limit}s): $*"
     start=$(date +%s)
-    if "$@" 2>&1 | tee "$OUT/logs/$name.log"; then result=PASS; else result=FAIL; fi
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$OUT/logs/$name.log"
+    rc=${PIPESTATUS[0]}
+    case $rc in
+        0) result=PASS ;;
+        124|137) result=TIMEOUT ;;
+        *) result=FAIL ;;
+    esac
     end=$(date +%s)
     secs=$((end - start))
     LAST=$result
-    [ "$result" = FAIL ] && FAILED=$((FAILED + 1))
+    [ "$result" != PASS ] && FAILED=$((FAILED + 1))
     echo "=== $name: $result (${secs}s)"
-    ROWS+=("$(printf '%-32s %-5s %6s' "$name" "$result" "$secs")")
+    ROWS+=("$(printf '%-36s %-7s %6s' "$name" "$result" "$secs")")
+    write_summary
 }
 
-skip() {  # skip NAME REASON: a step that cannot run because an earlier one failed
+skip() {  # skip NAME REASON: a step not run (--skip, an earlier failure, the deadline)
     echo
     echo "=== $1: SKIP ($2)"
-    ROWS+=("$(printf '%-32s %-5s %6s' "$1" SKIP -)")
+    ROWS+=("$(printf '%-36s %-7s %6s' "$1" SKIP -)")
+    write_summary
 }
 
 summary() {
-    {
-        printf '%-32s %-5s %6s\n' step result seconds
-        printf '%s\n' "${ROWS[@]}"
-        echo "failed steps: $FAILED"
-    } | tee "$SUMMARY"
-    echo "logs: $OUT/logs, summary: $SUMMARY"
+    write_summary
+    cat "$SUMMARY"
+    echo "logs: $OUT/logs, summary: $SUMMARY${BUNDLE:+, bundle: $BUNDLE}"
     [ "$FAILED" -eq 0 ]
     exit $?
 }
@@ -85,17 +131,19 @@ EOF
 }
 
 show_gpus() { nvidia-smi -L && cuda_devices; }
-step gpus show_gpus
-if [ "$LAST" != PASS ]; then
+export PY
+export -f cuda_devices show_gpus
+step gpus 60 show_gpus
+if [ "$LAST" != PASS ] && [[ "$SKIPS" != *" gpus "* ]]; then  # --skip gpus: a CPU dry run
     echo "no usable CUDA GPU: nothing else can run" >&2
     summary
 fi
 # the GPUs this process may use (CUDA_VISIBLE_DEVICES, MIG slices), not every line of nvidia-smi
 NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
-
 export DENSEVIT_TEST_DEVICE=cuda
-step pytest_cuda "$PY" -m pytest -q -rs tests/cuda
-step pytest_all "$PY" -m pytest -q
+
+# 1. the CUDA check: CPU-vs-CUDA equality, the quickstarts in fp32 and fp16 AMP, torchrun
+step pytest_cuda 240 "$PY" -m pytest -q -rs tests/cuda
 
 QUICK=(detr_vit_shapes deformable_detr_vit_shapes segformer_shapes)
 SHORT=(--cfg-options "train_cfg.max_iters=$ITERS" "train_cfg.val_interval=$ITERS")
@@ -105,10 +153,10 @@ for name in "${QUICK[@]}"; do
         wd=$OUT/$name-$mode
         amp=()
         [ "$mode" = amp ] && amp=(--amp)
-        step "train_${name}_$mode" "$PY" tools/train.py "$cfg" "${amp[@]}" --work-dir "$wd" \
-            "${SHORT[@]}"
+        step "train_${name}_$mode" 180 "$PY" tools/train.py "$cfg" "${amp[@]}" \
+            --work-dir "$wd" "${SHORT[@]}"
         if [ -f "$wd/iter_$ITERS.pth" ]; then
-            step "test_${name}_$mode" "$PY" tools/test.py "$cfg" "$wd/iter_$ITERS.pth" \
+            step "test_${name}_$mode" 120 "$PY" tools/test.py "$cfg" "$wd/iter_$ITERS.pth" \
                 --work-dir "$wd/test"
         else
             skip "test_${name}_$mode" "no $wd/iter_$ITERS.pth"
@@ -117,17 +165,17 @@ for name in "${QUICK[@]}"; do
 done
 
 # torchrun, one process: NCCL process group and DDP around the model
-PORT=${PORT:-29517} step dist_train_1gpu_detr bash tools/dist_train.sh \
+PORT=${PORT:-29517} step dist_train_1gpu_detr 180 bash tools/dist_train.sh \
     configs/quickstart/detr_vit_shapes.py 1 --work-dir "$OUT/dist1_detr" "${SHORT[@]}"
 
 if [ "$NGPU" -ge 2 ]; then
     # the seg quickstart's decode head as SyncBN (its config says BN for one process)
     wd=$OUT/dist2_segformer_syncbn
-    PORT=${PORT:-29518} step dist_train_2gpu_segformer_syncbn bash tools/dist_train.sh \
+    PORT=${PORT:-29518} step dist_train_2gpu_segformer_syncbn 180 bash tools/dist_train.sh \
         configs/quickstart/segformer_shapes.py 2 --work-dir "$wd" "${SHORT[@]}" \
         model.decode_head.norm_cfg.type=SyncBN
     if [ -f "$wd/iter_$ITERS.pth" ]; then
-        PORT=${PORT:-29519} step dist_test_2gpu_segformer bash tools/dist_test.sh \
+        PORT=${PORT:-29519} step dist_test_2gpu_segformer 120 bash tools/dist_test.sh \
             configs/quickstart/segformer_shapes.py "$wd/iter_$ITERS.pth" 2 \
             --work-dir "$wd/test"
     else
@@ -136,4 +184,15 @@ if [ "$NGPU" -ge 2 ]; then
 else
     skip dist_train_2gpu_segformer_syncbn "$NGPU GPU"
 fi
+
+# 2. the race against HF transformers on the same GPU (its own budget: ~4 minutes)
+step bench_gpu_peers 300 "$PY" benchmarks/bench_gpu_peers.py --budget-s 200 \
+    --json "$OUT/bench_gpu_peers.json" --profile-dir "$OUT/profiles"
+
+# 3. the tests whose code path changes when CUDA is present (pytest.ini: cuda_path), then the
+# rest of the suite, in parallel, as far as time allows
+XDIST=(-p no:cacheprovider)
+if "$PY" -c 'import xdist' 2>/dev/null; then XDIST+=(-n "${PYTEST_WORKERS:-8}"); fi
+step pytest_cuda_path 600 "$PY" -m pytest -q -m cuda_path "${XDIST[@]}"
+step pytest_rest 900 "$PY" -m pytest -q -m 'not cuda_path' "${XDIST[@]}"
 summary
