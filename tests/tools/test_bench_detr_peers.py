@@ -49,7 +49,7 @@ def test_hf_pair_runs_at_a_tiny_size(tmp_path, model, name):
 
 @pytest.mark.parametrize('args,message', [
     (['--peer', 'mmdet', '--model', 'dab_detr'], '--peer mmdet has --model detr, not dab_detr'),
-    (['--peer', 'hf', '--model', 'detr'], 'not detr'),
+    (['--peer', 'mmdet', '--model', 'deformable_detr'], 'not deformable_detr'),
     (['--peer', 'hf', '--size', '16', '96'], '--size must be at least 32 x 32')])
 def test_bad_arguments_are_refused(args, message):
     run = _run(*args)

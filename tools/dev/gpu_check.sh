@@ -143,7 +143,7 @@ NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
 export DENSEVIT_TEST_DEVICE=cuda
 
 # 1. the CUDA check: CPU-vs-CUDA equality, the quickstarts in fp32 and fp16 AMP, torchrun
-step pytest_cuda 240 "$PY" -m pytest -q -rs tests/cuda
+step pytest_cuda 240 "$PY" -m pytest -v -rs tests/cuda
 
 QUICK=(detr_vit_shapes deformable_detr_vit_shapes segformer_shapes)
 SHORT=(--cfg-options "train_cfg.max_iters=$ITERS" "train_cfg.val_interval=$ITERS")
@@ -191,8 +191,10 @@ step bench_gpu_peers 300 "$PY" benchmarks/bench_gpu_peers.py --budget-s 200 \
 
 # 3. the tests whose code path changes when CUDA is present (pytest.ini: cuda_path), then the
 # rest of the suite, in parallel, as far as time allows
-XDIST=(-p no:cacheprovider)
+# -v: one line per test as it ends, so a step cut by its limit still names what failed
+XDIST=(-v -p no:cacheprovider)
 if "$PY" -c 'import xdist' 2>/dev/null; then XDIST+=(-n "${PYTEST_WORKERS:-8}"); fi
+if "$PY" -c 'import pytest_timeout' 2>/dev/null; then XDIST+=(--timeout 300); fi
 step pytest_cuda_path 600 "$PY" -m pytest -q -m cuda_path "${XDIST[@]}"
 step pytest_rest 900 "$PY" -m pytest -q -m 'not cuda_path' "${XDIST[@]}"
 summary
