@@ -31,6 +31,9 @@ def position_embedding_modules(vit):
     pe = getattr(vit, 'pos_embed', None)
     if pe is None:
         raise ValueError('this model has no position embedding (type none): nothing to plot')
+    if getattr(vit, 'pos_embed_kind', None) == 'rotary':
+        raise ValueError('this model has a rotary position embedding (type rope): it rotates '
+                         'queries and keys and has no table or bias to plot')
     if isinstance(pe, nn.ModuleList):
         return [(f'layer{i}', m) for i, m in enumerate(pe)]
     placement = getattr(vit, 'pos_embed_placement', 'stem')

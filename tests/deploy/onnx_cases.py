@@ -14,6 +14,7 @@ row                                           backbone                          
 segformer_mit                                 Mix Transformer                     SegFormer
 detr_vit                                      ViT, learned 1D PE                  DETR
 setr_pup_vit_pe_none                          ViT, no PE                          SETR PUP
+setr_pup_vit_rope                             ViT, RoPE-Mixed (EVA-02)            SETR PUP
 setr_mla_vit_learned_2d                       ViT, learned 2D PE every layer      SETR MLA
 segformer_sfp_vit_sincos_2d                   ViT, sin-cos PE every layer shared  SFP + SegFormer
 setr_pup_swin                                 Swin, shift decided by size         SETR PUP
@@ -135,6 +136,11 @@ MODEL_CFGS = {
     'segformer_mit': lambda: _config('tests/configs/tiny_segformer_shapes.py'),
     'detr_vit': lambda: _config('tests/configs/tiny_detr_shapes.py'),
     'setr_pup_vit_pe_none': lambda: _setr_up(_vit(dict(type='none')), 'pup'),
+    # learned per-head frequencies, interleaved pairs, coordinates rescaled to the 8 x 8
+    # pre-training grid: every size of the test is another grid
+    'setr_pup_vit_rope': lambda: _setr_up(
+        _vit(dict(type='rope', placement='every_layer', convention='eva02', mixed=True)),
+        'pup'),
     'setr_mla_vit_learned_2d': lambda: _setr_mla(
         _vit(dict(type='learned_2d', placement='every_layer'))),
     'segformer_sfp_vit_sincos_2d': lambda: _segformer_sfp(
@@ -165,6 +171,7 @@ ROWS = {
     'segformer_mit': ('mit', 'segformer'),
     'detr_vit': ('vit', 'detr'),
     'setr_pup_vit_pe_none': ('vit-pe-none', 'pup'),
+    'setr_pup_vit_rope': ('vit-pe-rope-every_layer', 'pup'),
     'setr_mla_vit_learned_2d': ('vit-pe-learned_2d-every_layer', 'mla'),
     'segformer_sfp_vit_sincos_2d': ('vit-pe-sincos_2d-every_layer_shared', 'segformer'),
     'setr_pup_swin': ('swin', 'pup'),

@@ -33,7 +33,8 @@ from densevit.utils.defaults import DEFAULT
 TINY = dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32)
 COMBOS = [('none', None)] + [(t, p) for t in ('learned_1d', 'learned_2d', 'sincos_2d')
                              for p in ('stem', 'every_layer', 'every_layer_shared')] + \
-         [('relative', 'every_layer'), ('relative', 'every_layer_shared')]
+         [('relative', 'every_layer'), ('relative', 'every_layer_shared'),
+          ('rope', 'every_layer')]
 
 
 def _vit(pos_embed=DEFAULT, **kwargs):
@@ -264,7 +265,7 @@ def test_bad_configs_raise_clearly():
     assert parse_position_embedding_cfg('learned_2d')[:2] == ('learned_2d', 'stem')
     assert parse_position_embedding_cfg(None)[0] == 'none'
     assert set(POSITION_EMBEDDING_TYPES) == {'none', 'learned_1d', 'learned_2d', 'sincos_2d',
-                                             'relative', 'sine_2d'}
+                                             'relative', 'rope', 'sine_2d'}
 
 
 def test_frozen_stages_take_each_layers_table():

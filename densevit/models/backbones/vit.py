@@ -21,7 +21,12 @@ from densevit.models.layers.pos_embed_builder import (
     build_position_embedding,
     parse_position_embedding_cfg,
 )
-from densevit.models.layers.token_select import gather_tokens, select_bias, select_table
+from densevit.models.layers.token_select import (
+    gather_tokens,
+    select_bias,
+    select_rotation,
+    select_table,
+)
 from densevit.models.layers.vit_block import TransformerEncoderLayer
 from densevit.registry import MODELS
 from densevit.utils.defaults import DEFAULT, resolve_default
@@ -122,12 +127,14 @@ class VisionTransformer(BaseModule):
             (ViT paper App. D.4), e.g. ``dict(type='learned_2d',
             placement='every_layer_shared')``; see
             :mod:`densevit.models.layers.pos_embed_builder` for the types
-            (none, learned_1d, learned_2d, sincos_2d, relative) and placements
+            (none, learned_1d, learned_2d, sincos_2d, relative, rope) and placements
             (stem, every_layer, every_layer_shared); None is ``'none'``. The
             default, ``dict(type='learned_1d', placement='stem')``, is timm's
             layout (``pos_embed.weight``).
             A per-layer placement makes ``pos_embed`` a ModuleList
-            (``pos_embed.{i}.*``, table i used before / inside layer i).
+            (``pos_embed.{i}.*``, table i used before / inside layer i), except
+            for a fixed RoPE (``dict(type='rope')`` without ``mixed``): one module,
+            its rotation computed once per forward for every layer.
         stem (dict, optional): a CNN backbone config (e.g. ``dict(type='ResNet',
             depth=50, out_indices=(2,))``) for the hybrid ViT: its last output
             map is patch-embedded (set ``patch_size=1`` for the paper's hybrid).
@@ -192,6 +199,9 @@ class VisionTransformer(BaseModule):
         table_hw = grid_hw if pos_grid is None else tuple(pos_grid)
         self.pos_embed = self._build_pos_embed(pos_embed, table_hw, setting['num_heads'],
                                                interpolate_mode)
+        modules = self._pos_embed_modules()
+        # 'absolute' (added to tokens), 'relative' (attention bias), 'rotary' (RoPE) or None
+        self.pos_embed_kind = modules[0].kind if modules else None
         self.pos_drop = nn.Dropout(drop_rate)
 
         # Plain Python, not torch.linspace: the model must also build on device='meta'.
@@ -223,15 +233,18 @@ class VisionTransformer(BaseModule):
         self._freeze_stages()
 
     def _build_pos_embed(self, cfg, grid_hw, num_heads, interpolate_mode):
-        """None, one table (stem / every_layer_shared) or a ModuleList (every_layer)."""
+        """None, one table (stem / every_layer_shared / a fixed RoPE, the same at every
+        layer) or a ModuleList (every_layer)."""
         def build():
             return build_position_embedding(cfg, self.embed_dims, grid_hw, num_heads,
                                             self.num_extra_tokens, interpolate_mode)
         if self.pos_embed_type == 'none':
             return None
-        if self.pos_embed_placement == 'every_layer':
-            return nn.ModuleList(build() for _ in range(self.num_layers))
-        return build()
+        first = build()
+        if self.pos_embed_placement != 'every_layer' or getattr(first, 'layer_independent',
+                                                                False):
+            return first
+        return nn.ModuleList([first, *(build() for _ in range(self.num_layers - 1))])
 
     def _pos_embed_modules(self):
         if self.pos_embed is None:
@@ -310,21 +323,24 @@ class VisionTransformer(BaseModule):
             print_log(f'{prefix}cls_token and its position row dropped: this ViT has no class '
                       f'token (with_cls_token=False)', logger='current')
 
-    def _layer_position(self, i, hw, shared, keep):
-        """What layer i gets: (table to add [1 or B, N, D] or None, attn bias
-        [1 or B, h, N, N] or None), for the kept tokens (all when ``keep`` is None)."""
-        placement = self.pos_embed_placement
-        if self.pos_embed is None or placement == 'stem':
-            return None, None
-        if shared is None:  # every_layer: layer i's own table
-            shared = self._position(self.pos_embed[i], hw, keep)
-        return (None, shared) if self.pos_embed_type == 'relative' else (shared, None)
+    def _layer_position(self, i, hw, shared, keep, like):
+        """What layer i gets, for the kept tokens (all when ``keep`` is None): None (no
+        position embedding, or at the stem) or :meth:`_position` of its module."""
+        if self.pos_embed is None or self.pos_embed_placement == 'stem':
+            return None
+        if shared is None:  # every_layer: layer i's own module
+            shared = self._position(self.pos_embed[i], hw, keep, like)
+        return shared
 
-    def _position(self, pe, hw, keep):
-        """One position module's table (absolute) or bias (relative), at the kept tokens."""
+    def _position(self, pe, hw, keep, like):
+        """One position module's table [1 or B, N, D] (absolute), bias [1 or B, h, N, N]
+        (relative) or :class:`Rotation` (rotary), at the kept tokens; ``like``: the tokens
+        (device and dtype of a rotation)."""
         E = self.num_extra_tokens
         if pe.kind == 'absolute':
             return select_table(pe.table(hw), keep, E)
+        if pe.kind == 'rotary':
+            return select_rotation(pe.rotation(hw, like), keep, E)
         return select_bias(pe.bias(hw), keep, E)
 
     def embed(self, x):
@@ -350,18 +366,21 @@ class VisionTransformer(BaseModule):
         if self.pos_embed_placement == 'stem':
             x = x + select_table(self.pos_embed.table(hw), keep, self.num_extra_tokens)
         x = self.pos_drop(x)  # [B, E + n, D]
-        shared = None  # one table (or bias) built once per forward, used by every layer
-        if self.pos_embed_placement == 'every_layer_shared':
-            shared = self._position(self.pos_embed, hw, keep)
+        shared = None  # one table, bias or rotation built once per forward, used by every layer
+        if self.pos_embed_placement != 'stem' and self.pos_embed is not None \
+                and not isinstance(self.pos_embed, nn.ModuleList):
+            shared = self._position(self.pos_embed, hw, keep, x)
         for i, block in enumerate(self.blocks[:last + 1]):
-            table, attn_bias = self._layer_position(i, hw, shared, keep)
-            if table is not None:
-                x = x + table
-            mask = None if attn_bias is None else attn_bias.to(x.dtype)
+            position = self._layer_position(i, hw, shared, keep, x)
+            kind = None if position is None else self.pos_embed_kind
+            if kind == 'absolute':
+                x = x + position
+            mask = position.to(x.dtype) if kind == 'relative' else None
+            rope = position if kind == 'rotary' else None
             if self.with_cp and self.training and x.requires_grad:
-                x = checkpoint(block, x, mask, use_reentrant=False)
+                x = checkpoint(block, x, mask, rope, use_reentrant=False)
             else:
-                x = block(x, attn_mask=mask)
+                x = block(x, attn_mask=mask, rope=rope)
             if i == self.num_layers - 1 and self.norm is not None:
                 x = self.norm(x)
             yield i, x

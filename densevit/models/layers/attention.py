@@ -68,7 +68,7 @@ class MultiheadAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         self.record = None
 
-    def forward(self, x: torch.Tensor, attn_mask=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask=None, rope=None) -> torch.Tensor:
         """Self-attention over the token sequence.
 
         Args:
@@ -76,6 +76,9 @@ class MultiheadAttention(nn.Module):
             attn_mask: optional, broadcastable to [B, h, N, N]; a bool mask
                 (True = may attend) or a float mask added to the logits
                 (e.g. a relative position bias).
+            rope: optional rotary position embedding of queries and keys, a
+                :class:`~densevit.models.layers.rope_2d.Rotation` (cos / sin
+                broadcastable to [B, h, N, D/(2h)]).
 
         Returns:
             [B, N, D].
@@ -86,6 +89,8 @@ class MultiheadAttention(nn.Module):
         if N >= CONTIGUOUS_QKV_MIN_TOKENS and qkv.device.type == 'cpu':
             qkv = qkv.contiguous()
         q, k, v = qkv.unbind(0)
+        if rope is not None:
+            q, k = rope.apply(q), rope.apply(k)
         if self.record is not None:
             # Computed beside SDPA, not instead of it: the output stays bit-identical.
             self.record(attention_weights(q, k, attn_mask))

@@ -11,6 +11,9 @@ Types (``POSITION_EMBEDDING_TYPES``):
     sincos_2d   fixed 2D sine-cosine (MAE), no parameters.
     relative    learned per-head bias for each 2D query-key offset, added to
                 the attention logits (as SDPA's float ``attn_mask``).
+    rope        2D rotary embedding of queries and keys in every attention layer
+                (``RotaryPositionEmbedding2D``: EVA-02's or DINOv3's convention,
+                RoPE-Mixed's learned frequencies); no parameters unless mixed.
     sine_2d     DETR's mask-aware sine encoding of a feature map
                 (``SinePositionalEncoding2D``): it encodes a padding mask, not
                 tokens, so it serves DETR's transformer, not ViT.
@@ -22,11 +25,16 @@ Placements (``PLACEMENTS``), for the absolute types:
 For ``relative`` the bias always acts inside every layer's attention, so the
 placement only chooses ``every_layer`` (one table per layer, the default for
 this type) or ``every_layer_shared`` (one table); ``stem`` is an error.
+``rope`` rotates queries and keys inside each attention layer, so its placement is
+``every_layer`` (the default for this type; a fixed rotation is computed once per
+forward and used by every layer, RoPE-Mixed has one module per layer);
+``stem`` and ``every_layer_shared`` are errors.
 A fixed table (``sincos_2d``) placed at every layer is the same table each time.
 """
 from .pos_embed import LearnedPositionEmbedding
 from .pos_embed_2d import Learned2DPositionEmbedding, SinCos2DPositionEmbedding
 from .relative_position import RelativePositionBias
+from .rope_2d import RotaryPositionEmbedding2D
 from .sine_position_encoding import SinePositionalEncoding2D
 
 ABSOLUTE_TYPES = {
@@ -34,9 +42,13 @@ ABSOLUTE_TYPES = {
     'learned_2d': Learned2DPositionEmbedding,
     'sincos_2d': SinCos2DPositionEmbedding,
 }
-POSITION_EMBEDDING_TYPES = ('none', *ABSOLUTE_TYPES, 'relative', 'sine_2d')
+POSITION_EMBEDDING_TYPES = ('none', *ABSOLUTE_TYPES, 'relative', 'rope', 'sine_2d')
 PLACEMENTS = ('stem', 'every_layer', 'every_layer_shared')
 _RESIZABLE = ('learned_1d', 'learned_2d', 'relative')  # types taking ``interpolate_mode``
+_ROPE_MISPLACED = {'stem': 'a code added once to the tokens after the patch embedding',
+                   'every_layer_shared': 'one table for all layers, where a fixed RoPE '
+                                         'already is one rotation for all and RoPE-Mixed '
+                                         'learns one per layer'}
 
 
 def parse_position_embedding_cfg(cfg):
@@ -71,6 +83,13 @@ def parse_position_embedding_cfg(cfg):
                              "cannot be placed at the stem; use placement='every_layer' (one "
                              "table per layer) or 'every_layer_shared' (one table).")
         return pe_type, placement or 'every_layer', cfg
+    if pe_type == 'rope':
+        if placement in ('stem', 'every_layer_shared'):
+            raise ValueError(f"RoPE rotates queries and keys inside each attention layer; "
+                             f"placement {placement!r} ({_ROPE_MISPLACED[placement]}) makes no "
+                             f"sense for it: use placement='every_layer' (the default for "
+                             f"'rope').")
+        return pe_type, 'every_layer', cfg
     return pe_type, placement or 'stem', cfg
 
 
@@ -83,7 +102,7 @@ def build_position_embedding(cfg, embed_dims, grid_hw=None, num_heads=None, num_
             ``placement`` key is accepted and ignored here.
         embed_dims (int): token width D.
         grid_hw (tuple[int, int]): patch grid the table is made for.
-        num_heads (int): attention heads (``relative`` only).
+        num_heads (int): attention heads (``relative`` and ``rope``).
         num_extra_tokens (int): E tokens before the grid (e.g. 1 class token).
         interpolate_mode (str): resize mode for learned tables, unless ``cfg``
             sets its own.
@@ -92,8 +111,9 @@ def build_position_embedding(cfg, embed_dims, grid_hw=None, num_heads=None, num_
         nn.Module | None: None for 'none'. Absolute types have
         ``kind = 'absolute'``, ``table(hw) -> [1, E + h*w, D]`` and
         ``forward(tokens, hw)``; relative has ``kind = 'relative'`` and
-        ``bias(hw) -> [1, heads, E + h*w, E + h*w]``; sine_2d maps a padding
-        mask [B, H, W] to [B, D, H, W].
+        ``bias(hw) -> [1, heads, E + h*w, E + h*w]``; rope has ``kind = 'rotary'``
+        and ``rotation(hw, like)`` (cos / sin [1, 1 or heads, E + h*w, d/2]); sine_2d
+        maps a padding mask [B, H, W] to [B, D, H, W].
     """
     pe_type, _, kwargs = parse_position_embedding_cfg(cfg)
     if pe_type == 'none':
@@ -104,8 +124,11 @@ def build_position_embedding(cfg, embed_dims, grid_hw=None, num_heads=None, num_
         raise ValueError(f'position embedding {pe_type!r} needs grid_hw')
     if pe_type in _RESIZABLE:
         kwargs.setdefault('interpolate_mode', interpolate_mode)
+    if pe_type in ('relative', 'rope') and num_heads is None:
+        raise ValueError(f'position embedding {pe_type!r} needs num_heads')
     if pe_type == 'relative':
-        if num_heads is None:
-            raise ValueError("position embedding 'relative' needs num_heads")
         return RelativePositionBias(grid_hw, num_heads, num_extra_tokens, **kwargs)
+    if pe_type == 'rope':
+        return RotaryPositionEmbedding2D(grid_hw, embed_dims, num_heads, num_extra_tokens,
+                                         **kwargs)
     return ABSOLUTE_TYPES[pe_type](grid_hw, embed_dims, num_extra_tokens, **kwargs)

@@ -2,7 +2,8 @@
 
 Masked image modelling (MAE) runs the encoder on the visible patches only. Each kept
 patch must carry the position code of its place in the full grid, whatever the
-position-embedding type: an absolute table's row, or a relative bias's row and column.
+position-embedding type: an absolute table's row, a relative bias's row and column, or
+a rotary embedding's angles.
 ``keep`` [B, n] holds, per image, the grid indices (0..h*w-1, row-major) of the
 patches kept; extra (class) tokens are never dropped and stay first.
 """
@@ -41,9 +42,27 @@ def select_bias(bias, keep, num_extra):
     if keep is None:
         return bias
     rows = _with_extra(keep, num_extra)  # [B, M]
-    heads = bias.shape[1]
-    # gather the kept rows, then the kept columns: [B, heads, M, E + N] -> [B, heads, M, M]
-    index = rows[:, None, :, None].expand(-1, heads, -1, bias.shape[-1])
-    out = torch.gather(bias.expand(keep.shape[0], -1, -1, -1), 2, index)
-    index = rows[:, None, None, :].expand(-1, heads, rows.shape[1], -1)
+    # the kept rows, then the kept columns: [B, heads, M, E + N] -> [B, heads, M, M]
+    out = _gather_rows(bias, rows)
+    index = rows[:, None, None, :].expand(-1, bias.shape[1], rows.shape[1], -1)
     return torch.gather(out, 3, index)
+
+
+def _gather_rows(t, rows):
+    """t [1 or B, H, R, C], rows [B, M] long -> [B, H, M, C]: each image's rows of dim 2."""
+    index = rows[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[-1])
+    return torch.gather(t.expand(rows.shape[0], -1, -1, -1), 2, index)
+
+
+def select_rotation(rotation, keep, num_extra):
+    """A RoPE :class:`~densevit.models.layers.rope_2d.Rotation` (cos / sin
+    [1, 1 or heads, E + N, d/2]) -> the kept tokens' angles.
+
+    Returns ``rotation`` itself when ``keep`` is None, else one with cos / sin
+    [B, 1 or heads, E + n, d/2]: the E extra rows, then row ``E + keep[b, j]``.
+    """
+    if keep is None:
+        return rotation
+    rows = _with_extra(keep, num_extra)
+    return rotation._replace(cos=_gather_rows(rotation.cos, rows),
+                             sin=_gather_rows(rotation.sin, rows))

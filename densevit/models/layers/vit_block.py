@@ -60,8 +60,8 @@ class TransformerEncoderLayer(nn.Module):
         self.mlp = Mlp(embed_dims, feedforward_channels, drop=drop_rate)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, attn_mask=None) -> torch.Tensor:
-        """x: [B, N, D]; attn_mask: see ``MultiheadAttention.forward``."""
-        x = x + self.drop_path(self.attn(self.norm1(x), attn_mask=attn_mask))
+    def forward(self, x: torch.Tensor, attn_mask=None, rope=None) -> torch.Tensor:
+        """x: [B, N, D]; attn_mask, rope: see ``MultiheadAttention.forward``."""
+        x = x + self.drop_path(self.attn(self.norm1(x), attn_mask=attn_mask, rope=rope))
         x = x + self.drop_path(self.mlp(self.norm2(x)))
         return x
