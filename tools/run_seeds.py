@@ -13,6 +13,11 @@ goes on: seeds with a metrics file are skipped, a seed with a checkpoint resumes
 (``--resume``) and its wall time adds up over the attempts. When every seed is done,
 ``RESULTS/NAME/summary.json`` holds, per metric, each seed's last value, the spread and
 the worst seed, and the table is printed.
+
+A run keeps the config it started with: a metrics file or work dir that records another
+config (``WORK/run_seeds_config.json``, written before training; in an older work dir the
+name of mmengine's copy of the config) is refused before anything trains, naming both
+(exit code 2). ``tools/run_study.py`` runs a grid of configs through :func:`train_run`.
 """
 import argparse
 import glob
@@ -79,55 +84,145 @@ def summarise(runs):
     return table
 
 
-def run_seed(args, seed):
-    """Train (or resume) one seed; returns its metrics file, or None if training failed."""
-    out = osp.join(args.results, args.name, f'seed{seed}.json')
+# written in a run's work dir before it trains: the config it trains (see check_config)
+RECORD = 'run_seeds_config.json'
+
+
+class ConfigMismatch(Exception):
+    """A run (metrics file or work dir) that records another config than the command's."""
+
+
+def config_id(path, base=None):
+    """``path`` as the runs record it: relative to the repository root when inside it, else
+    absolute. A relative ``path`` is read from ``base`` (default: the current folder; a
+    recorded one: the repository root, where the documented commands run)."""
+    full = osp.realpath(osp.join(base or os.getcwd(), path))
+    rel = osp.relpath(full, REPO)
+    return full if rel.split(os.sep)[0] == '..' else rel
+
+
+def recorded_configs(out, work):
+    """``[(file, config)]``: the config the metrics file ``out`` and the work dir ``work``
+    record. A work dir from before :data:`RECORD` gives the name of mmengine's copy of its
+    config (``WORK/NAME.py``), so only the file name is known there."""
+    found = []
+    for path in (out, osp.join(work, RECORD)):
+        if osp.isfile(path):
+            with open(path) as f:
+                recorded = json.load(f).get('config')
+            if recorded:
+                found.append((path, config_id(recorded, REPO)))
+    if not osp.isfile(osp.join(work, RECORD)):
+        found += [(copy, osp.basename(copy)) for copy in sorted(glob.glob(osp.join(work, '*.py')))]
+    return found
+
+
+def check_config(config, out, work):
+    """Raise :class:`ConfigMismatch` when the run at ``out`` / ``work`` records another config
+    than ``config``: a finished run would be taken as this config's, a stopped one would
+    resume another model's training."""
+    given = config_id(config)
+    for path, recorded in recorded_configs(out, work):
+        same = recorded == osp.basename(given) if path.endswith('.py') else recorded == given
+        if not same:
+            raise ConfigMismatch(
+                f'{path} records config {recorded}, this command gives {given}: a run keeps '
+                f'the config it started with (give another name, or remove {path})')
+
+
+def trained_max_iters(config, work):
+    """``train_cfg.max_iters`` of the run in ``work``, read from mmengine's copy of the config
+    there (``--cfg-options`` merged): the budget a metrics file records (None when the copy
+    is missing or the config is epoch-based)."""
+    from mmengine.config import Config
+    copy = osp.join(work, osp.basename(config))
+    return Config.fromfile(copy).train_cfg.get('max_iters') if osp.isfile(copy) else None
+
+
+def _train(command, work, threads, log):
+    """Run ``command`` (tools/train.py) with ``threads`` OMP threads, its output to the
+    terminal or appended to ``log``; returns its exit code."""
+    env = dict(os.environ)
+    if threads:
+        env['OMP_NUM_THREADS'] = str(threads)
+    if not log:
+        return subprocess.call(command, env=env)
+    with open(log, 'a') as f:
+        return subprocess.call(command, env=env, stdout=f, stderr=subprocess.STDOUT)
+
+
+def _add_attempt(work, attempt):
+    """Append ``attempt`` to the work dir's attempts file; returns every attempt so far."""
+    path = osp.join(work, 'run_seeds_attempts.json')
+    attempts = json.load(open(path)) if osp.isfile(path) else []
+    attempts.append(attempt)
+    with open(path, 'w') as f:
+        json.dump(attempts, f)
+    return attempts
+
+
+def train_run(config, seed, out, work, threads=None, cfg_options=(), label=None, log=None):
+    """Train (or resume) ``config`` with seed ``seed`` in ``work`` and write its metrics file
+    ``out``; a run whose ``out`` exists is skipped. Returns ``out``, or None if training
+    failed. ``label`` names the run in the lines printed (default ``seed S``); ``log``: a file
+    that takes tools/train.py's output (runs side by side). Raises :class:`ConfigMismatch`
+    (before training) when ``out`` or ``work`` records another config."""
+    label = label or f'seed {seed}'
+    check_config(config, out, work)
     if osp.isfile(out):
-        print(f'seed {seed}: done ({out})')
+        print(f'{label}: done ({out})')
         return out
-    work = osp.join(args.work_root, args.name, f'seed{seed}')
-    command = [sys.executable, osp.join(REPO, 'tools', 'train.py'), args.config,
-               '--work-dir', work]
+    command = [sys.executable, osp.join(REPO, 'tools', 'train.py'), config, '--work-dir', work]
     resumed = osp.isfile(osp.join(work, 'last_checkpoint'))
     if resumed:
         command.append('--resume')
-    command += ['--cfg-options', f'randomness.seed={seed}', *args.cfg_options]
-    env = dict(os.environ)
-    if args.threads:
-        env['OMP_NUM_THREADS'] = str(args.threads)
-    print(f'seed {seed}: {"resuming" if resumed else "training"} in {work}', flush=True)
+    command += ['--cfg-options', f'randomness.seed={seed}', *cfg_options]
+    os.makedirs(work, exist_ok=True)
+    with open(osp.join(work, RECORD), 'w') as f:
+        json.dump(dict(config=config_id(config), cfg_options=list(cfg_options)), f)
+    print(f'{label}: {"resuming" if resumed else "training"} in {work}', flush=True)
     started = provenance()  # the code that trains: edits made meanwhile do not count
     start = time.time()
-    rc = subprocess.call(command, env=env)
-    attempts_file = osp.join(work, 'run_seeds_attempts.json')
-    attempts = json.load(open(attempts_file)) if osp.isfile(attempts_file) else []
-    attempts.append(dict(seconds=round(time.time() - start, 1), exit_code=rc, resumed=resumed,
-                         started=started))
-    os.makedirs(work, exist_ok=True)
-    with open(attempts_file, 'w') as f:
-        json.dump(attempts, f)
+    rc = _train(command, work, threads, log)
+    attempts = _add_attempt(work, dict(seconds=round(time.time() - start, 1), exit_code=rc,
+                                       resumed=resumed, started=started))
     if rc != 0:
-        print(f'seed {seed}: tools/train.py exited with {rc}; run the same command again to '
-              f'resume', file=sys.stderr)
+        where = f' (its output: {log})' if log else ''
+        print(f'{label}: tools/train.py exited with {rc}{where}; run the same command again '
+              f'to resume', file=sys.stderr)
         return None
     found = validations(work)
     if not found:
-        print(f'seed {seed}: no validation was logged in {work}', file=sys.stderr)
+        print(f'{label}: no validation was logged in {work}', file=sys.stderr)
         return None
     last_iter = max(found)
     write_result(out, dict(seed=seed, validations=found, last_iteration=last_iter,
                            last=found[last_iter],
                            wall_seconds=round(sum(a['seconds'] for a in attempts), 1),
                            attempts=attempts),
-                 config=args.config, cfg_options=args.cfg_options, work_dir=work,
-                 threads=args.threads)
-    print(f'seed {seed}: {out}')
+                 config=config_id(config), cfg_options=list(cfg_options), work_dir=work,
+                 threads=threads, max_iters=trained_max_iters(config, work))
+    print(f'{label}: {out}')
     return out
+
+
+def run_paths(results, work_root, name, seed):
+    """(metrics file, work dir) of seed ``seed`` of the study ``name``."""
+    return (osp.join(results, name, f'seed{seed}.json'),
+            osp.join(work_root, name, f'seed{seed}'))
 
 
 def main(argv=None):
     args = parse_args(argv)
-    files = {seed: run_seed(args, seed) for seed in args.seeds}
+    paths = {seed: run_paths(args.results, args.work_root, args.name, seed) for seed in args.seeds}
+    try:
+        for out, work in paths.values():  # every seed checked before any trains
+            check_config(args.config, out, work)
+        files = {seed: train_run(args.config, seed, *paths[seed], threads=args.threads,
+                                 cfg_options=args.cfg_options) for seed in args.seeds}
+    except ConfigMismatch as e:
+        print(f'run_seeds.py: refused: {e}', file=sys.stderr)
+        return 2
     if not all(files.values()):
         return 1
     runs = {seed: json.load(open(path))['results'] for seed, path in files.items()}

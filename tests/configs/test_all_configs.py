@@ -21,6 +21,9 @@ SEGFORMER = sorted((CONFIGS / 'segformer').glob('segformer_mit-*.py'))
 SETR = sorted((CONFIGS / 'setr').glob('*.py'))
 SEG_QUICKSTART = CONFIGS / 'quickstart' / 'segformer_shapes.py'
 SEG_TRIALS = sorted((CONFIGS / 'studies' / 'seg_trials').glob('*.py'))
+# the segmentation twin of the DETR-ViT quickstart and its position-embedding study
+VIT_SEG = [CONFIGS / 'quickstart' / 'vit_seg_shapes.py'] + sorted(
+    (CONFIGS / 'studies' / 'vit_pe_seg').glob('*.py'))
 
 
 def rel(path):
@@ -48,6 +51,7 @@ def test_configs_are_found():
     for expected in ('detr_vit.py', 'quickstart/segformer_shapes.py',
                      'deformable_detr/deformable_detr_r50_16xb2-50e_coco.py',
                      'studies/vit_pe/detr_vit_shapes_pe-none.py',
+                     'quickstart/vit_seg_shapes.py', 'studies/vit_pe_seg/vit_seg_shapes_pe-none.py',
                      'studies/seg_trials/previous.py', 'analysis/vit-b16_224.py'):
         assert expected in names
 
@@ -283,7 +287,7 @@ def test_setr_recipe(path):
             (2, 4, kernel)}
 
 
-@pytest.mark.parametrize('path', SEGFORMER + SETR + [SEG_QUICKSTART] + SEG_TRIALS,
+@pytest.mark.parametrize('path', SEGFORMER + SETR + [SEG_QUICKSTART] + SEG_TRIALS + VIT_SEG,
                          ids=lambda p: p.stem)
 def test_seg_model_runs_on_meta_and_wires_up(path):
     cfg = load(path)
