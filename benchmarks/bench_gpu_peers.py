@@ -1,8 +1,8 @@
 """densevit against Hugging Face transformers on one GPU, same weights, interleaved.
 
-    python benchmarks/bench_gpu_peers.py [--models segformer detr deformable_detr]
-        [--precisions tf32 bf16] [--repeats 10] [--budget-s 240] [--profile-dir DIR]
-        [--json FILE]
+    python benchmarks/bench_gpu_peers.py [--models segformer detr deformable_detr
+        conditional_detr dab_detr] [--precisions tf32 bf16 fp16] [--repeats 10]
+        [--budget-s 240] [--profile-dir DIR] [--json FILE]
     # the script end to end on the CPU, at tiny sizes (what tests/tools runs):
     python benchmarks/bench_gpu_peers.py --device cpu --tiny --repeats 1
 
@@ -17,7 +17,9 @@ config by densevit's own converters, as ``bench_detr_peers.py`` does):
   (800x1066 and 736x1024 alternating, padded);
 - Deformable DETR-R50 (``DeformableDetrForObjectDetection`` with ``disable_custom_kernels``:
   its PyTorch path, against densevit's pure-PyTorch multi-scale deformable attention), the
-  same sizes as DETR.
+  same sizes as DETR;
+- on request (``--models``): Conditional DETR-R50 and DAB-DETR-R50
+  (``ConditionalDetrForObjectDetection`` / ``DabDetrForObjectDetection``), the same sizes.
 
 First the outputs are compared in float32 with TF32 off, in eval mode (relative error
 ``|ours - HF| / |HF|`` of the logits and, for detectors, the boxes; over 1e-3 and that model
@@ -25,7 +27,8 @@ is not timed: it would not be the same function). Then, per precision:
 
 - ``tf32``: float32 with TF32 matrix products and convolutions (PyTorch's usual GPU setting);
 - ``bf16``: ``torch.autocast('cuda', torch.bfloat16)`` around the forward (and the loss),
-  TF32 on for what stays float32; backward outside autocast.
+  TF32 on for what stays float32; backward outside autocast;
+- ``fp16`` (on request): the same with float16 (no loss scaling: a timing, not training).
 
 A training step is forward, loss and backward (train mode, dropout on; no optimiser step,
 gradients set to None after each). Each timed call is bracketed by
@@ -59,7 +62,10 @@ from densevit.utils.random_init import randomize_
 
 SEGFORMER = 'configs/segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py'
 NAMES = {'segformer': 'SegFormer-B0', 'detr': 'DETR-R50',
-         'deformable_detr': 'Deformable DETR-R50'}
+         'deformable_detr': 'Deformable DETR-R50', 'conditional_detr': 'Conditional DETR-R50',
+         'dab_detr': 'DAB-DETR-R50'}
+DEFAULT_MODELS = ['segformer', 'detr', 'deformable_detr']
+AUTOCAST = {'bf16': torch.bfloat16, 'fp16': torch.float16}
 MAX_REL_ERR = 1e-3
 
 
@@ -193,12 +199,12 @@ def timed_pair(fn_a, fn_b, x, repeats, warmup, device):
 
 
 def precision_context(precision, device):
-    """TF32 on for both precisions; ``bf16`` adds autocast."""
+    """TF32 on for every precision; ``bf16`` / ``fp16`` add autocast."""
     if device.type == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    if precision == 'bf16':
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision in AUTOCAST:
+        return torch.autocast(device.type, dtype=AUTOCAST[precision])
     return contextlib.nullcontext()
 
 
@@ -248,8 +254,9 @@ def profile(fn_a, fn_b, x, path, device):
 # ------------------------------------------------------------------ main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--models', nargs='+', choices=list(NAMES), default=list(NAMES))
-    p.add_argument('--precisions', nargs='+', choices=['tf32', 'bf16'], default=['tf32', 'bf16'])
+    p.add_argument('--models', nargs='+', choices=list(NAMES), default=DEFAULT_MODELS)
+    p.add_argument('--precisions', nargs='+', choices=['tf32', 'bf16', 'fp16'],
+                   default=['tf32', 'bf16'])
     p.add_argument('--repeats', type=int, default=10)
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--device', default='cuda')

@@ -16,7 +16,7 @@ model = dict(
         _delete_=True,
         type='PlainDETRHead', num_classes=3, embed_dims=embed_dims, num_queries=30, num_heads=4,
         num_encoder_layers=2, num_decoder_layers=3, feedforward_channels=512, dropout=0.0,
-        box_rpb=dict(hidden_dims=128, stride=8, mode='log8'),
+        box_rpb=dict(hidden_dims=128, stride=8, mode='log8', local_init=4.0),
         as_two_stage=True, mixed_selection=True, look_forward_twice=True,
         one_to_many=dict(num_queries=120, k=4, loss_weight=1.0),
         num_dets=100,

@@ -54,6 +54,31 @@ def test_box_rpb_mode_is_checked():
         BoxRelativePositionBias(num_heads=2, mode='log2')
 
 
+def test_box_rpb_local_init_is_zero_inside_and_falls_outside():
+    """local_init=a, the other hidden units silenced: the bias of a pixel is
+    -a * (how far outside the box it lies along x + along y), in log8 offsets, by hand."""
+    a = 3.0
+    rpb = BoxRelativePositionBias(num_heads=2, hidden_dims=6, stride=8, local_init=a)
+    with torch.no_grad():
+        for mlp in (rpb.mlp_x, rpb.mlp_y):
+            mlp[2].weight[:, 2:] = 0
+    box = torch.tensor([[[0.5, 0.25, 0.25, 0.25]]])  # x 48-80 px, y 16-48 px of a 128² map
+    bias = rpb(box, (16, 16))[0, :, 0].view(2, 16, 16)
+
+    def outside(lo, hi, p):
+        d = max(lo - p, p - hi, 0.0)
+        return math.log2(d + 1) / 3
+
+    for i in range(16):
+        for j in range(16):
+            px, py = (j + 0.5) * 8, (i + 0.5) * 8
+            expect = -a * (outside(48, 80, px) + outside(16, 48, py))
+            assert torch.allclose(bias[:, i, j], torch.full((2,), expect), atol=1e-5), (i, j)
+    assert (bias[:, 2:6, 6:10] == 0).all()  # the 4 x 4 cells inside the box
+    with pytest.raises(ValueError, match='local_init must be >= 0'):
+        BoxRelativePositionBias(num_heads=2, local_init=-1.0)
+
+
 def test_hybrid_mask_hand_built():
     base = torch.tensor([[False, True], [False, False]])  # e.g. one DN query, one matching
     mask = hybrid_attn_mask(base, 2, 'cpu')

@@ -42,6 +42,17 @@ def test_all_pairs_agree_and_every_row_is_kept(tmp_path):
     assert not r['skipped']
 
 
+def test_conditional_detr_in_fp16_on_request(tmp_path):
+    pytest.importorskip('transformers')
+    out = tmp_path / 'bench.json'
+    run = _run('--models', 'conditional_detr', '--precisions', 'fp16', '--json', str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())['results']['rows']
+    assert [(r['model'], r['precision']) for r in rows] == [
+        ('Conditional DETR-R50', 'fp16'), ('Conditional DETR-R50', 'fp16')]
+    assert max(rows[0]['rel_err']) < 1e-5
+
+
 def test_budget_stops_new_rows_and_keeps_the_json(tmp_path):
     pytest.importorskip('transformers')
     out = tmp_path / 'bench.json'

@@ -186,8 +186,11 @@ else
 fi
 
 # 2. the race against HF transformers on the same GPU (its own budget: ~4 minutes)
+# (the first lease measured the three default models in TF32 / bf16: docs/benchmarks.md; this
+# adds Conditional / DAB-DETR and fp16, the rows cut by the budget where time runs out)
 step bench_gpu_peers 300 "$PY" benchmarks/bench_gpu_peers.py --budget-s 200 \
-    --json "$OUT/bench_gpu_peers.json" --profile-dir "$OUT/profiles"
+    --models segformer detr deformable_detr conditional_detr dab_detr \
+    --precisions tf32 bf16 fp16 --json "$OUT/bench_gpu_peers.json" --profile-dir "$OUT/profiles"
 
 # 3. the tests whose code path changes when CUDA is present (pytest.ini: cuda_path), then the
 # rest of the suite, in parallel, as far as time allows

@@ -46,17 +46,42 @@ class BoxRelativePositionBias(nn.Module):
         hidden_dims (int): width of the two offset MLPs (Plain-DETR: 512).
         stride (int): input pixels per feature cell.
         mode (str): ``'log8'`` or ``'linear'`` (see the module docstring).
+        local_init (float): 0 (default) keeps PyTorch's initialisation, which starts
+            near a uniform bias: attention global at first. ``a > 0`` starts each head
+            local instead: two hidden units of each MLP are set to ``relu(x1 - px)`` and
+            ``relu(px - x2)`` (how far, in compressed offsets, a pixel lies left / right
+            of the box; above / below for y) and weighted ``-a`` in every head, so the
+            bias is 0 inside the box and falls with the distance outside it, as
+            deformable attention starts with its samples around the reference. The
+            other units start as usual; everything stays learned.
     """
 
-    def __init__(self, num_heads, hidden_dims=512, stride=16, mode='log8'):
+    def __init__(self, num_heads, hidden_dims=512, stride=16, mode='log8', local_init=0.0):
         super().__init__()
         if mode not in ('log8', 'linear'):
             raise ValueError(f"BoxRPB mode must be 'log8' or 'linear', got {mode!r}")
+        if local_init < 0 or (local_init and hidden_dims < 2):
+            raise ValueError(f'BoxRPB local_init must be >= 0 with hidden_dims >= 2, got '
+                             f'local_init={local_init}, hidden_dims={hidden_dims}')
         self.num_heads, self.stride, self.mode = num_heads, stride, mode
+        self.local_init = local_init
         self.mlp_x = nn.Sequential(nn.Linear(2, hidden_dims), nn.ReLU(inplace=True),
                                    nn.Linear(hidden_dims, num_heads, bias=False))
         self.mlp_y = nn.Sequential(nn.Linear(2, hidden_dims), nn.ReLU(inplace=True),
                                    nn.Linear(hidden_dims, num_heads, bias=False))
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self):
+        """Apply ``local_init`` (see the class docstring); a no-op when it is 0."""
+        if not self.local_init:
+            return
+        for mlp in (self.mlp_x, self.mlp_y):
+            first, last = mlp[0], mlp[2]
+            # inputs (e1 - p, e2 - p): unit 0 = relu(e1 - p), unit 1 = relu(p - e2)
+            first.weight[:2] = torch.tensor([[1.0, 0.0], [0.0, -1.0]])
+            first.bias[:2] = 0.0
+            last.weight[:, :2] = -self.local_init
 
     def forward(self, boxes, size):
         """boxes [B, Q, 4] cxcywh in [0, 1] of the (padded) map, size (H, W) ->
