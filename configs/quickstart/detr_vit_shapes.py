@@ -3,9 +3,11 @@
 # no deformable attention: two DETR encoder layers over the map (this 4-layer ViT trains from
 # scratch; Plain-DETR has none on its large pre-trained backbones) and a DETR decoder whose
 # cross-attention is global, biased by each query's box (BoxRPB), as Plain-DETR (Lin et al.
-# 2023); with two-stage proposals from the map, mixed query selection, per-layer box
-# refinement (look forward twice) and a one-to-many branch (H-DETR's hybrid matching), all
-# switchable in bbox_head (docs/detr_family.md). Data and batch 16 of the Deformable
+# 2023), the bias starting local (local_init: attention inside the box at first, as
+# deformable attention starts at its reference; learned from there); with two-stage
+# proposals from the map, mixed query selection, per-layer box refinement (look forward twice)
+# and a one-to-many branch (H-DETR's hybrid matching), all switchable in bbox_head
+# (docs/detr_family.md). Data and batch 16 of the Deformable
 # quickstart; twice its 800 iterations.
 #   python tools/train.py configs/quickstart/detr_vit_shapes.py
 _base_ = ['./detr_vit_shapes_vanilla.py']

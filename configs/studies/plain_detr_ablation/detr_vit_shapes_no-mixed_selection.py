@@ -1,0 +1,7 @@
+# Ablation of the DETR-on-ViT quickstart (configs/quickstart/detr_vit_shapes.py): mixed query
+# selection (content queries from the proposals) off, everything else as the quickstart (one seed
+# each; docs/detr_family.md).
+#   python tools/run_seeds.py configs/studies/plain_detr_ablation/detr_vit_shapes_no-mixed_selection.py --name plain_detr_ablation_no-mixed_selection --seeds 0 --threads 1
+_base_ = ['../../quickstart/detr_vit_shapes.py']
+
+model = dict(bbox_head=dict(mixed_selection=False))
