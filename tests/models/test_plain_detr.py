@@ -79,6 +79,63 @@ def test_box_rpb_local_init_is_zero_inside_and_falls_outside():
         BoxRelativePositionBias(num_heads=2, local_init=-1.0)
 
 
+def test_box_rpb_corners_pattern_by_hand():
+    """local_pattern='corners': head 0 as 'inside'; head 1 -a*(|x1 - px| + |y1 - py|) (near
+    the top-left corner), head 2 near the bottom-right, head 3 near the top-right, in log8
+    offsets, by hand; the other hidden units silenced."""
+    a = 2.0
+    rpb = BoxRelativePositionBias(num_heads=4, hidden_dims=8, stride=8, local_init=a,
+                                  local_pattern='corners')
+    with torch.no_grad():
+        for mlp in (rpb.mlp_x, rpb.mlp_y):
+            mlp[2].weight[:, 4:] = 0
+    box = torch.tensor([[[0.5, 0.25, 0.25, 0.25]]])  # x 48-80 px, y 16-48 px of a 128² map
+    bias = rpb(box, (16, 16))[0, :, 0].view(4, 16, 16)
+
+    def c(d):
+        return math.log2(abs(d) + 1) / 3
+
+    def outside(lo, hi, p):
+        return c(max(lo - p, p - hi, 0.0))
+
+    for i in range(16):
+        for j in range(16):
+            px, py = (j + 0.5) * 8, (i + 0.5) * 8
+            expect = [-a * (outside(48, 80, px) + outside(16, 48, py)),
+                      -a * (c(48 - px) + c(16 - py)), -a * (c(80 - px) + c(48 - py)),
+                      -a * (c(80 - px) + c(16 - py))]
+            assert torch.allclose(bias[:, i, j], torch.tensor(expect), atol=1e-5), (i, j)
+    with pytest.raises(ValueError, match="'inside' or 'corners'"):
+        BoxRelativePositionBias(num_heads=2, local_init=1.0, local_pattern='edges')
+    with pytest.raises(ValueError, match='hidden_dims >= 4'):
+        BoxRelativePositionBias(num_heads=2, hidden_dims=3, local_init=1.0,
+                                local_pattern='corners')
+
+
+def test_pixel_proposals_by_hand():
+    """A 2x4 map whose last column is padding, base_size 0.2: a proposal per valid pixel
+    centred on it in the valid part ((j + 0.5) / 3, (i + 0.5) / 2), width = height 0.2;
+    the padded column +inf and not valid; the head passes its proposal_size on."""
+    from densevit.models.heads.encoder_proposals import pixel_proposals
+    mask = torch.zeros(1, 2, 4, dtype=torch.bool)
+    mask[:, :, 3] = True
+    logits, valid = pixel_proposals(mask.flatten(1), [(2, 4)], base_size=0.2)
+    for i in range(2):
+        for j in range(4):
+            k = i * 4 + j
+            if j == 3:
+                assert not valid[0, k] and torch.isinf(logits[0, k]).all()
+                continue
+            expect = torch.tensor([(j + 0.5) / 3, (i + 0.5) / 2, 0.2, 0.2])
+            assert valid[0, k]
+            assert torch.allclose(logits[0, k].sigmoid(), expect, atol=1e-6)
+    head = MODELS.build(dict(type='PlainDETRHead', num_classes=3, in_channels=32,
+                             embed_dims=32, num_queries=4, num_heads=2,
+                             num_decoder_layers=1, feedforward_channels=32, norm_groups=8,
+                             proposal_size=0.2))
+    assert head.proposals.base_size == 0.2
+
+
 def test_hybrid_mask_hand_built():
     base = torch.tensor([[False, True], [False, False]])  # e.g. one DN query, one matching
     mask = hybrid_attn_mask(base, 2, 'cpu')

@@ -50,10 +50,13 @@ class EncoderProposals(nn.Module):
 
     Args:
         embed_dims (int): D.
+        base_size (float): a proposal's width = height on the first level, doubled per
+            level (0.05, Deformable DETR's).
     """
 
-    def __init__(self, embed_dims=256):
+    def __init__(self, embed_dims=256, base_size=0.05):
         super().__init__()
+        self.base_size = base_size
         self.memory_fc = nn.Linear(embed_dims, embed_dims)
         self.memory_norm = nn.LayerNorm(embed_dims)
         self.pos_fc = nn.Linear(2 * embed_dims, 2 * embed_dims)
@@ -64,7 +67,7 @@ class EncoderProposals(nn.Module):
         """memory [B, S, D], mask [B, S] (True = padding), spatial_shapes [L, 2] ->
         (pixel queries [B, S, D] for the encoder's class / box predictors,
         proposals [B, S, 4] logits, +inf where invalid)."""
-        proposals, valid = pixel_proposals(mask, spatial_shapes)
+        proposals, valid = pixel_proposals(mask, spatial_shapes, self.base_size)
         memory = memory.masked_fill(~valid[..., None], 0.0)
         return self.memory_norm(self.memory_fc(memory)), proposals
 

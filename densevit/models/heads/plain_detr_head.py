@@ -47,6 +47,8 @@ class PlainDETRHead(DeformableDETRHead):
             layer; None: global cross-attention without a box bias.
         as_two_stage (bool): queries from the top-scoring pixel boxes of the map
             (``enc_loss_*`` trains them); else learned positions and reference boxes.
+        proposal_size (float): two-stage: width = height of the pixel proposals (0.05,
+            Deformable DETR's first level; one map has no coarser levels).
         mixed_selection (bool): two-stage only: the content query is learned, only the
             position comes from the proposal (DINO's mixed query selection).
         look_forward_twice (bool): layer i's box also trains layer i-1's box prediction
@@ -64,9 +66,9 @@ class PlainDETRHead(DeformableDETRHead):
 
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=300, num_heads=8,
                  num_encoder_layers=0, num_decoder_layers=6, feedforward_channels=2048,
-                 dropout=0.0, box_rpb=DEFAULT, as_two_stage=True, mixed_selection=True,
-                 look_forward_twice=True, box_query_pos=False, one_to_many=None, positional_encoding=DEFAULT,
-                 criterion=DEFAULT, aux_loss=True, num_dets=100, norm_groups=32, dn_cfg=None,
+                 dropout=0.0, box_rpb=DEFAULT, as_two_stage=True, proposal_size=0.05,
+                 mixed_selection=True, look_forward_twice=True, box_query_pos=False,
+                 one_to_many=None, positional_encoding=DEFAULT, criterion=DEFAULT, aux_loss=True, num_dets=100, norm_groups=32, dn_cfg=None,
                  init_cfg=None):
         BaseModule.__init__(self, init_cfg)  # neither DETRHead's nor Deformable's layers
         box_rpb = resolve_default(box_rpb, dict())
@@ -109,7 +111,7 @@ class PlainDETRHead(DeformableDETRHead):
         self.positional_encoding = SinePositionalEncoding2D(**pe)
         total = num_queries + self.num_one_to_many
         if as_two_stage:
-            self.proposals = EncoderProposals(embed_dims)
+            self.proposals = EncoderProposals(embed_dims, proposal_size)
             if mixed_selection:
                 self.content_embed = nn.Embedding(total, embed_dims)
         else:

@@ -54,17 +54,37 @@ class BoxRelativePositionBias(nn.Module):
             bias is 0 inside the box and falls with the distance outside it, as
             deformable attention starts with its samples around the reference. The
             other units start as usual; everything stays learned.
+        local_pattern (str): where each head starts looking with ``local_init``:
+            ``'inside'`` (every head: the whole box) or ``'corners'``: heads in turn look
+            at the box, near its top-left corner, bottom-right, top-right, bottom-left,
+            left edge, right edge, top edge, bottom edge (then again), as deformable
+            attention starts its heads' samples in different directions. Near an edge
+            ``e`` the bias is ``-a·|e − p|`` along that axis (four hidden units per axis:
+            ``relu(±(x1 − p))``, ``relu(±(x2 − p))``).
     """
 
-    def __init__(self, num_heads, hidden_dims=512, stride=16, mode='log8', local_init=0.0):
+    # a head's start per axis, as weights of the units (relu(e1-p), relu(p-e1), relu(e2-p),
+    # relu(p-e2)): inside the box, near its first edge (left / top), near its second
+    _AXIS = {'in': (1.0, 0.0, 0.0, 1.0), 'e1': (1.0, 1.0, 0.0, 0.0), 'e2': (0.0, 0.0, 1.0, 1.0)}
+    # (x, y) per head, in turn: box, corners (TL, BR, TR, BL), edges (L, R, T, B)
+    _CORNERS = (('in', 'in'), ('e1', 'e1'), ('e2', 'e2'), ('e2', 'e1'), ('e1', 'e2'),
+                ('e1', 'in'), ('e2', 'in'), ('in', 'e1'), ('in', 'e2'))
+
+    def __init__(self, num_heads, hidden_dims=512, stride=16, mode='log8', local_init=0.0,
+                 local_pattern='inside'):
         super().__init__()
         if mode not in ('log8', 'linear'):
             raise ValueError(f"BoxRPB mode must be 'log8' or 'linear', got {mode!r}")
-        if local_init < 0 or (local_init and hidden_dims < 2):
-            raise ValueError(f'BoxRPB local_init must be >= 0 with hidden_dims >= 2, got '
-                             f'local_init={local_init}, hidden_dims={hidden_dims}')
+        if local_pattern not in ('inside', 'corners'):
+            raise ValueError(f"BoxRPB local_pattern must be 'inside' or 'corners', got "
+                             f'{local_pattern!r}')
+        units = 2 if local_pattern == 'inside' else 4
+        if local_init < 0 or (local_init and hidden_dims < units):
+            raise ValueError(f'BoxRPB local_init must be >= 0 with hidden_dims >= {units} '
+                             f'(local_pattern={local_pattern!r}), got local_init={local_init}, '
+                             f'hidden_dims={hidden_dims}')
         self.num_heads, self.stride, self.mode = num_heads, stride, mode
-        self.local_init = local_init
+        self.local_init, self.local_pattern = local_init, local_pattern
         self.mlp_x = nn.Sequential(nn.Linear(2, hidden_dims), nn.ReLU(inplace=True),
                                    nn.Linear(hidden_dims, num_heads, bias=False))
         self.mlp_y = nn.Sequential(nn.Linear(2, hidden_dims), nn.ReLU(inplace=True),
@@ -76,12 +96,21 @@ class BoxRelativePositionBias(nn.Module):
         """Apply ``local_init`` (see the class docstring); a no-op when it is 0."""
         if not self.local_init:
             return
-        for mlp in (self.mlp_x, self.mlp_y):
+        if self.local_pattern == 'inside':
+            for mlp in (self.mlp_x, self.mlp_y):
+                first, last = mlp[0], mlp[2]
+                # inputs (e1 - p, e2 - p): unit 0 = relu(e1 - p), unit 1 = relu(p - e2)
+                first.weight[:2] = torch.tensor([[1.0, 0.0], [0.0, -1.0]])
+                first.bias[:2] = 0.0
+                last.weight[:, :2] = -self.local_init
+            return
+        for axis, mlp in enumerate((self.mlp_x, self.mlp_y)):
             first, last = mlp[0], mlp[2]
-            # inputs (e1 - p, e2 - p): unit 0 = relu(e1 - p), unit 1 = relu(p - e2)
-            first.weight[:2] = torch.tensor([[1.0, 0.0], [0.0, -1.0]])
-            first.bias[:2] = 0.0
-            last.weight[:, :2] = -self.local_init
+            first.weight[:4] = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+            first.bias[:4] = 0.0
+            for h in range(self.num_heads):
+                start = self._AXIS[self._CORNERS[h % len(self._CORNERS)][axis]]
+                last.weight[h, :4] = -self.local_init * torch.tensor(start)
 
     def forward(self, boxes, size):
         """boxes [B, Q, 4] cxcywh in [0, 1] of the (padded) map, size (H, W) ->
