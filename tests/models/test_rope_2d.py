@@ -361,11 +361,31 @@ def test_visible_patches_keep_their_full_grid_rotation(variant):
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
 
 
-def test_no_table_to_plot():
+@pytest.mark.parametrize('variant', VARIANTS, ids=variant_id)
+def test_similarity_picture_by_hand(variant):
+    """The RoPE counterpart of ViT Fig. 7's similarity: tile (r, c) at key (k, l) is the
+    mean over channel pairs of cos(angle(r, c) - angle(k, l)), the angles written out per
+    paper (``reference_angle``); averaged over heads, per head for RoPE-Mixed."""
     from densevit.analysis.pos_embed_similarity import position_similarity
 
-    with pytest.raises(ValueError, match='rotary position embedding'):
-        position_similarity(_vit('rope'))
+    vit = _vit(dict(type='rope', **variant)).eval()
+    res = position_similarity(vit, (3, 4))
+    mixed = variant.get('mixed')
+    assert [r['name'] for r in res] == (['layer0', 'layer1'] if mixed else ['every_layer'])
+    hw, d, heads = (3, 4), 16, 2
+    for layer, r in enumerate(res):
+        pe = vit.pos_embed[layer] if mixed else vit.pos_embed
+        assert r['kind'] == 'rope_similarity' and r['grid'].shape == (3, 4, 3, 4)
+        assert ('per_head' in r) == bool(mixed)
+        for (a, b), (k, c) in [((0, 0), (0, 0)), ((0, 0), (2, 3)), ((1, 2), (0, 1))]:
+            per_head = [sum(math.cos(reference_angle(variant, pe, h, a, b, hw, p, d)
+                                     - reference_angle(variant, pe, h, k, c, hw, p, d))
+                            for p in range(d // 2)) / (d // 2) for h in range(heads)]
+            assert r['grid'][a, b, k, c].item() == pytest.approx(sum(per_head) / heads,
+                                                                 abs=1e-5)
+            if mixed:
+                assert r['per_head'][:, a, b, k, c].tolist() == pytest.approx(per_head,
+                                                                              abs=1e-5)
 
 
 def test_dtype_of_the_angles():

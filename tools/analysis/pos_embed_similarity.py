@@ -4,8 +4,9 @@
 
 Writes ``pos_embed_similarity_<name>.png`` (one per table: ``stem``, ``shared``
 or ``layer<i>``) and ``pos_embed_similarity.json`` (the [h, w, h, w] grids).
-Absolute tables: cosine similarity; relative bias: the head-mean bias, per-head
-values in the JSON (see ``densevit.analysis.pos_embed_similarity``).
+Absolute tables: cosine similarity; relative bias: the head-mean bias; RoPE: the
+cosine similarity of its rotation angles' sinusoids (per-head values in the JSON for a
+relative bias and RoPE-Mixed; see ``densevit.analysis.pos_embed_similarity``).
 """
 import os.path as osp
 
@@ -24,11 +25,13 @@ def main():
     numbers = {}
     for r in results:
         png = osp.join(args.out_dir, f"pos_embed_similarity_{r['name']}.png")
-        label = 'cosine similarity' if r['kind'] == 'cosine' else 'attention bias (head mean)'
+        label = {'cosine': 'cosine similarity', 'relative_bias': 'attention bias (head mean)',
+                 'rope_similarity': 'RoPE similarity, mean cos of angle differences'}[r['kind']]
         plot_similarity_grid(r['grid'].numpy(), png, f"position embedding: {r['name']}", label)
         entry = dict(kind=r['kind'], hw=list(r['hw']), grid=r['grid'].tolist())
-        if 'per_head' in r:
-            entry['per_head'] = r['per_head'].tolist()
+        for key in ('per_head', 'frequencies'):
+            if key in r:
+                entry[key] = r[key].tolist()
         numbers[r['name']] = entry
         print(png)
     print(write_json(args, 'pos_embed_similarity.json', numbers))
