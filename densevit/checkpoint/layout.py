@@ -9,6 +9,7 @@ raises a ``ValueError`` naming the keys when no layout fits.
 Fusing: a rule may rename ``...query.weight`` to ``...qkv.weight@q`` (and
 ``@k``, ``@v``); the parts are then concatenated along dim 0 in q, k, v order,
 the layout of a fused ``Linear(D, 3D)`` and of ``nn.MultiheadAttention.in_proj_*``.
+Likewise ``@gate``, ``@up`` (SwiGLU's two input projections, packed in that order).
 """
 import re
 from collections import OrderedDict
@@ -19,7 +20,11 @@ import torch
 from mmengine.logging import print_log
 
 _SHOW = 10
-_PARTS = ('q', 'k', 'v')
+# parts fused along dim 0, each group in this order
+_GROUPS = (('q', 'k', 'v'), ('gate', 'up'))
+_PARTS = {p for group in _GROUPS for p in group}
+# Hugging Face's split attention projections: Hub files (query ...), transformers 5 (q_proj ...)
+QKV_PARTS = {'query': 'q', 'key': 'k', 'value': 'v', 'q_proj': 'q', 'k_proj': 'k', 'v_proj': 'v'}
 
 
 class UnknownLayoutError(ValueError):
@@ -69,13 +74,44 @@ class Layout:
 
 
 
+def hf_vit_rules(prefix):
+    """Rules shared by Hugging Face's ViT-style models (ViT, DINOv2), their keys under
+    ``prefix`` (a regex: an optional ``vit.`` for ViT): class token, position table, patch
+    embedding, and each layer's self-attention, as Hub files name them
+    (``encoder.layer.N.attention.attention.query``, ``attention.output.dense``) and as
+    transformers-5 modules do (``attention.q_proj``, ``o_proj``): q, k, v fused into
+    ``blocks.N.attn.qkv`` (``@q`` ...), the output projection ``blocks.N.attn.proj``; the
+    final ``layernorm``."""
+    layer = prefix + r'(?:encoder\.layer|layers)\.(\d+)\.attention\.'
+    return [
+        (prefix + r'layernorm\.(weight|bias)', r'norm.\1'),
+        (prefix + r'embeddings\.cls_token', 'cls_token'),
+        (prefix + r'embeddings\.position_embeddings', 'pos_embed.weight'),
+        (prefix + r'embeddings\.patch_embeddings\.projection\.(weight|bias)',
+         r'patch_embed.proj.\1'),
+        (layer + r'(?:attention\.)?(query|key|value|q_proj|k_proj|v_proj)\.(weight|bias)',
+         lambda m: f'blocks.{m[1]}.attn.qkv.{m[3]}@{QKV_PARTS[m[2]]}'),
+        (layer + r'(?:output\.dense|o_proj)\.(weight|bias)', r'blocks.\1.attn.proj.\2'),
+    ]
+
+
+def hf_vit_drop(prefix):
+    """Keys of Hugging Face's ViT-style models (under ``prefix``) that no backbone has,
+    with the reason (:attr:`Layout.drop`)."""
+    return {
+        prefix + r'embeddings\.mask_token': 'masked-image-modelling token (pre-training only)',
+        r'classifier\..*': 'ImageNet classification head (not part of a backbone)',
+    }
+
+
 def detector_layout(name, signature):
     """A densevit detector's own keys (``backbone.*``, ``neck.*``, ``bbox_head.*``), kept as
     they are; recognised by ``signature`` (a key only that head has)."""
     return Layout(name, signature, [(r'((?:backbone|neck|bbox_head)\..+)', r'\1')])
 
 def fuse_parts(state_dict):
-    """Concatenate ``name@q``, ``name@k``, ``name@v`` into ``name`` (dim 0).
+    """Concatenate ``name@q``, ``name@k``, ``name@v`` (or ``name@gate``, ``name@up``)
+    into ``name`` (dim 0).
 
     Incomplete groups are left as they are, so they show up as unexpected keys.
     """
@@ -88,8 +124,9 @@ def fuse_parts(state_dict):
         else:
             out[k] = v
     for base, parts in groups.items():
-        if set(parts) == set(_PARTS):
-            out[base] = torch.cat([parts[p] for p in _PARTS], dim=0)
+        group = next((g for g in _GROUPS if set(parts) == set(g)), None)
+        if group is not None:
+            out[base] = torch.cat([parts[p] for p in group], dim=0)
         else:
             del out[base]
             out.update({f'{base}@{p}': t for p, t in parts.items()})

@@ -37,6 +37,8 @@ Layouts recognised from the keys:
   ``decoder_norm``, ``decoder_pred``): dropped, with a logged count. Its position table
   is fixed sin-cos but stored, as the official one.
 
+- Hugging Face DINOv2, with or without registers: :mod:`densevit.checkpoint.dinov2`.
+
 - densevit's own checkpoints with the ViT under ``backbone.`` (mmengine's ``state_dict``):
   ``backbone.X`` -> ``X`` by the timm rules; everything else dropped with a logged count,
   as the ``densevit MAE`` layout (a pre-training model: decoder under ``neck.`` /
@@ -91,7 +93,8 @@ import re
 
 from mmengine.logging import print_log
 
-from .layout import Layout, convert_state_dict
+from . import dinov2
+from .layout import Layout, convert_state_dict, hf_vit_drop, hf_vit_rules
 from .match import CheckpointMismatchError
 
 _BLOCK_PARTS = r'(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)'
@@ -105,6 +108,8 @@ TIMM = Layout(
         (r'pos_embed', 'pos_embed.weight'),
         (r'pos_embed\.(.+)', r'pos_embed.\1'),  # densevit's own position modules
         (r'blocks\.(\d+)\.' + _BLOCK_PARTS + r'\.(weight|bias)', r'blocks.\1.\2.\3'),
+        (r'blocks\.(\d+)\.(ls1|ls2)\.gamma', r'blocks.\1.\2.gamma'),  # LayerScale
+        (r'register_tokens', 'register_tokens'),  # densevit's own registers
         (r'norm\.(weight|bias)', r'norm.\1'),
         (r'stem\.(.+)', r'stem.\1'),  # densevit's hybrid CNN stem
     ],
@@ -117,30 +122,20 @@ TIMM = Layout(
     },
     options={'layer_norm_eps': 1e-6})
 
-_QKV = {'query': 'q', 'key': 'k', 'value': 'v', 'q_proj': 'q', 'k_proj': 'k', 'v_proj': 'v'}
 _HF = r'(?:vit\.)?'
 _HF_LAYER = _HF + r'(?:encoder\.layer|layers)\.(\d+)\.'
 HF = Layout(
     'Hugging Face ViT', r'(^|\.)(encoder\.layer|layers)\.\d+\.(attention|layernorm_before)',
     [
-        (_HF + r'embeddings\.cls_token', 'cls_token'),
-        (_HF + r'embeddings\.position_embeddings', 'pos_embed.weight'),
-        (_HF + r'embeddings\.patch_embeddings\.projection\.(weight|bias)', r'patch_embed.proj.\1'),
-        (_HF_LAYER + r'attention\.(?:attention\.)?(query|key|value|q_proj|k_proj|v_proj)\.'
-         r'(weight|bias)',
-         lambda m: f'blocks.{m[1]}.attn.qkv.{m[3]}@{_QKV[m[2]]}'),
-        (_HF_LAYER + r'attention\.(?:output\.dense|o_proj)\.(weight|bias)',
-         r'blocks.\1.attn.proj.\2'),
+        *hf_vit_rules(_HF),
         (_HF_LAYER + r'layernorm_before\.(weight|bias)', r'blocks.\1.norm1.\2'),
         (_HF_LAYER + r'layernorm_after\.(weight|bias)', r'blocks.\1.norm2.\2'),
         (_HF_LAYER + r'(?:intermediate\.dense|mlp\.fc1)\.(weight|bias)', r'blocks.\1.mlp.fc1.\2'),
         (_HF_LAYER + r'(?:output\.dense|mlp\.fc2)\.(weight|bias)', r'blocks.\1.mlp.fc2.\2'),
-        (_HF + r'layernorm\.(weight|bias)', r'norm.\1'),
     ],
     drop={
         _HF + r'pooler\..*': 'pooler (tanh layer on the class token, classification only)',
-        r'classifier\..*': 'ImageNet classification head (not part of a backbone)',
-        _HF + r'embeddings\.mask_token': 'masked-image-modelling token (pre-training only)',
+        **hf_vit_drop(_HF),
     },
     options={'layer_norm_eps': 1e-12})
 
@@ -239,8 +234,8 @@ def convert_vit(state_dict, strict=False):
 
     Args:
         state_dict (dict): timm (DeiT, AugReg, MAE fine-tuned), official MAE, HF
-            (``ViTModel``, ``ViTMAEModel``, ``ViTMAEForPreTraining``) or MMSegmentation
-            ViT tensors, densevit's own ViT, or a densevit MAE / detector / segmentor
+            (``ViTModel``, ``ViTMAEModel``, ``ViTMAEForPreTraining``, ``Dinov2Model`` /
+            ``Dinov2Backbone`` with or without registers) or MMSegmentation ViT tensors, densevit's own ViT, or a densevit MAE / detector / segmentor
             checkpoint (its ``backbone.*``).
         strict (bool): raise on keys no rule explains (else kept, and reported
             as unexpected when loaded).
@@ -253,8 +248,8 @@ def convert_vit(state_dict, strict=False):
     """
     ours = densevit_model_layout(state_dict)
     layouts = [ours] if ours is not None else []
-    out = convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF, MMSEG],
-                             'ViT', strict)
+    out = convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF,
+                                          *dinov2.LAYOUTS, MMSEG], 'ViT', strict)
     if out.layout == TIMM.name and 'pos_embed' not in state_dict and \
             any(k.startswith('pos_embed.') for k in state_dict):
         # densevit's own ViT (its table in a module): timm's rules read it, but its origin
@@ -296,26 +291,59 @@ def vit_size(state_dict):
     return width, (max(blocks) + 1 if blocks else None)
 
 
+def _side(size):
+    """P for a square patch size (an int or a pair), else the pair (h, w)."""
+    h, w = (size, size) if isinstance(size, int) else tuple(size)
+    return h if h == w else (h, w)
+
+
+def vit_shape(state_dict):
+    """``{option: value}`` of a ViT state dict in densevit's layout, for what it tells:
+    ``embed_dims``, ``num_layers``, ``patch_size`` (its patch convolution) and, where it
+    has the token embeddings (a patch convolution), ``num_register_tokens``."""
+    width, depth = vit_size(state_dict)
+    shape = dict(embed_dims=width, num_layers=depth)
+    patch = state_dict.get('patch_embed.proj.weight')
+    if patch is not None:
+        shape['patch_size'] = _side(tuple(patch.shape[-2:]))
+        registers = state_dict.get('register_tokens')
+        shape['num_register_tokens'] = 0 if registers is None else registers.shape[1]
+    return {k: v for k, v in shape.items() if v is not None}
+
+
+# option -> (the checkpoint's value, the model's, what to do), phrased for one error line
+_SHAPE_ERRORS = dict(
+    embed_dims=('of width {v}', 'width {own} (embed_dims)',
+                "build the ViT with the checkpoint's arch (embed_dims={v}) or use a checkpoint "
+                'of width {own}'),
+    num_layers=('with {v} layers', '{own} (num_layers)',
+                "build the ViT with the checkpoint's depth (num_layers={v})"),
+    patch_size=('with patch size {v}', 'patch size {own} (patch_size)',
+                'build the ViT with patch_size={v}'),
+    num_register_tokens=('with {v} register tokens', '{own} (num_register_tokens)',
+                         'build the ViT with num_register_tokens={v}'))
+
+
 def check_vit_size(module, state_dict, source, what='a checkpoint'):
-    """Refuse a ViT checkpoint of another width or depth than ``module`` in one line.
+    """Refuse a ViT checkpoint of another width, depth, patch size or number of register
+    tokens than ``module`` in one line.
 
     Otherwise a checkpoint of another width loads nothing but a long list of tensors of
-    the wrong shape, and one of another depth loads only the layers both have.
+    the wrong shape, one of another depth loads only the layers both have, one of another
+    patch size leaves a random patch embedding, and one with other registers misses (or
+    drops) them.
 
     Raises:
-        CheckpointMismatchError: naming the checkpoint's and the model's width (or depth).
+        CheckpointMismatchError: naming the first option that differs, with the
+            checkpoint's and the model's values.
     """
-    width, depth = vit_size(state_dict)
-    if width is not None and width != module.embed_dims:
-        raise CheckpointMismatchError(
-            f'{source} does not fit this ViT: it is {what} of width {width}, the model\'s ViT '
-            f'has width {module.embed_dims} (embed_dims); build the ViT with the checkpoint\'s '
-            f'arch (embed_dims={width}) or use a checkpoint of width {module.embed_dims}')
-    if depth is not None and depth != module.num_layers:
-        raise CheckpointMismatchError(
-            f'{source} does not fit this ViT: it is {what} with {depth} layers, the model\'s '
-            f'ViT has {module.num_layers} (num_layers); build the ViT with the checkpoint\'s '
-            f'depth (num_layers={depth})')
+    for name, v in vit_shape(state_dict).items():
+        own = getattr(module, name)
+        own = _side(own) if name == 'patch_size' else own
+        if v != own:
+            theirs, ours, advice = (p.format(v=v, own=own) for p in _SHAPE_ERRORS[name])
+            raise CheckpointMismatchError(f'{source} does not fit this ViT: it is {what} '
+                                          f"{theirs}, the model's ViT has {ours}; {advice}")
 
 
 def checkpoint_grid(path, prefix=None):

@@ -1,7 +1,9 @@
 """Plain Vision Transformer backbone (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words").
 
 Also the paper's hybrid (Sec. 3.1): a CNN stem's feature map is cut into
-patches (usually of size 1) instead of the image.
+patches (usually of size 1) instead of the image; and DINOv2's ViT (Oquab et al. 2024):
+register tokens (Darcet et al. 2024), LayerScale (Touvron et al. 2021, CaiT), a SwiGLU
+feed-forward layer (Shazeer 2020), patch size 14.
 """
 import math
 from collections.abc import Sequence
@@ -84,8 +86,8 @@ class VisionTransformer(BaseModule):
     """ViT encoder returning the patch tokens of chosen layers as feature maps.
 
     Image -> [CNN stem] -> PxP patch embedding -> [cls] + tokens -> + position
-    embedding -> L pre-norm encoder layers -> (final LayerNorm). No
-    classification head: a dense-prediction neck/head reads the maps.
+    embedding -> [cls] + [registers] + tokens -> L pre-norm encoder layers -> (final
+    LayerNorm). No classification head: a dense-prediction neck/head reads the maps.
 
     Args:
         arch (str | dict): 'Ti', 'S', 'B', 'L', 'H', or a dict with
@@ -108,6 +110,13 @@ class VisionTransformer(BaseModule):
         in_channels (int): image channels.
         with_cls_token (bool): prepend a learned class token (dropped from the
             output maps, but it takes part in attention).
+        num_register_tokens (int): R learned register tokens (Darcet et al. 2024, "Vision
+            Transformers Need Registers"; ``register_tokens`` [1, R, D]) placed after the
+            class token. They have no position: an absolute table keeps rows for the class
+            token only (the registers join after it is added, or get zero rows at a
+            per-layer placement), a relative bias and RoPE treat them as the class token
+            (extra tokens off the grid: the shared extra-token bias, not rotated). Like the
+            class token they take part in attention and are dropped from the output maps.
         out_indices (int | Sequence[int]): layers whose output is returned
             (0-based, negative counts from the end).
         drop_rate (float): dropout after the position embedding, attention
@@ -122,7 +131,10 @@ class VisionTransformer(BaseModule):
             one WARNING line names both (``densevit.checkpoint.match.option_changes``).
         final_norm (bool): LayerNorm on the last layer's output (pre-norm layers
             leave it un-normalised); returned when the last layer is an output.
-        interpolate_mode (str): how learned position tables are resized.
+        interpolate_mode (str): how learned position tables are resized: an
+            ``F.interpolate`` mode, or ``'bicubic_antialias'`` (bicubic with
+            ``antialias=True``, as Hugging Face's DINOv2 with registers; ``learned_1d``
+            tables only). Hugging Face's DINOv2 without registers: ``'bicubic'``.
         pos_embed (dict | str | None): position embedding type and placement
             (ViT paper App. D.4), e.g. ``dict(type='learned_2d',
             placement='every_layer_shared')``; see
@@ -146,8 +158,25 @@ class VisionTransformer(BaseModule):
             the maps then cover the padded size (MMSegmentation's ViT does this,
             ``patch_pad='corner'``: slide-inference windows at image borders need not
             be whole patches). False: such an input is an error.
+        crop_to_patch (bool): drop the bottom / right rows and columns of the input that
+            do not fill a whole patch (after the CNN stem, if any), as a strided patch
+            convolution does and Hugging Face's DINOv2 accepts (a 520-pixel side gives 37
+            patches of 14). False (and no ``pad_to_patch``): such an input is an error.
+        layer_scale_init_value (float, optional): LayerScale (CaiT) on both residual
+            branches of every layer (``blocks.N.ls1.gamma``, ``ls2.gamma`` [D]), starting
+            at this value (DINOv2 trains from 1e-5; its checkpoints bring their own). None
+            or 0: no layer scale.
+        ffn_type (str): ``'mlp'`` (Linear, GELU, Linear) or ``'swiglu'`` (SwiGLU, as DINOv2
+            ViT-g: hidden width two thirds of the arch's ``feedforward_channels`` rounded up
+            to a multiple of 8, :func:`~densevit.models.layers.swiglu.swiglu_hidden_dims`;
+            ViT-g: ``embed_dims=1536, num_layers=40, num_heads=24,
+            feedforward_channels=6144`` -> 4096).
+        norm_every_output (bool): apply the final LayerNorm to every returned layer's
+            output, not only the last layer's (DINOv2's ``get_intermediate_layers(norm=
+            True)``, Hugging Face ``Dinov2Backbone`` with ``apply_layernorm``); needs
+            ``final_norm``.
         frozen_stages (int): -1 trains everything; 0 freezes the stem (CNN stem,
-            patch embedding, cls token, stem / shared position table); k > 0 also
+            patch embedding, cls and register tokens, stem / shared position table); k > 0 also
             freezes layers ``0..k-1`` with their own position tables (and the
             final norm when k = num_layers).
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
@@ -167,11 +196,23 @@ class VisionTransformer(BaseModule):
                  drop_path_rate=0., qkv_bias=True, layer_norm_eps=1e-6, final_norm=True,
                  interpolate_mode='bicubic', pos_embed=DEFAULT,
                  stem=None, pos_grid=None, pad_to_patch=False, frozen_stages=-1, with_cp=False,
-                 init_cfg=None):
+                 num_register_tokens=0, layer_scale_init_value=None, ffn_type='mlp',
+                 norm_every_output=False, crop_to_patch=False, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         pos_embed = resolve_default(pos_embed, dict(type='learned_1d', placement='stem'))
+        if pad_to_patch and crop_to_patch:
+            raise ValueError('pad_to_patch and crop_to_patch exclude each other: an input '
+                             'that does not tile into patches is either padded or cropped')
+        if norm_every_output and not final_norm:
+            raise ValueError('norm_every_output=True applies the final LayerNorm to every '
+                             'output: it needs final_norm=True')
+        if num_register_tokens < 0:
+            raise ValueError(f'num_register_tokens must be >= 0, got {num_register_tokens}')
         self.with_cp = with_cp
         self.pad_to_patch = pad_to_patch
+        self.crop_to_patch = crop_to_patch
+        self.norm_every_output = norm_every_output
+        self.interpolate_mode = interpolate_mode  # compared with a checkpoint origin's
         setting = _arch_setting(arch)
         self.embed_dims = D = setting['embed_dims']
         self.num_layers = setting['num_layers']
@@ -188,12 +229,20 @@ class VisionTransformer(BaseModule):
         grid_hw = self.patch_embed.output_hw(
             (img_size[0] // stem_stride, img_size[1] // stem_stride))
         self.grid_hw = grid_hw  # the patch grid of an img_size input
-        self.num_extra_tokens = 1 if with_cls_token else 0
+        self.num_register_tokens = num_register_tokens
+        # E: the tokens before the patch grid, the class token then the registers
+        self.num_extra_tokens = (1 if with_cls_token else 0) + num_register_tokens
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if with_cls_token else None
+        self.register_tokens = (nn.Parameter(torch.zeros(1, num_register_tokens, D))
+                                if num_register_tokens else None)
         self.pos_embed_type, self.pos_embed_placement, _ = parse_position_embedding_cfg(pos_embed)
         if self.pos_embed_type == 'sine_2d':
             raise ValueError("pos_embed 'sine_2d' encodes a padding mask for DETR's transformer; "
                              "for ViT tokens use 'sincos_2d'")
+        if interpolate_mode == 'bicubic_antialias' and self.pos_embed_type in (
+                'learned_2d', 'relative'):
+            raise ValueError(f"interpolate_mode='bicubic_antialias' resizes learned_1d tables "
+                             f"only, not {self.pos_embed_type!r}")
         if pos_grid == 'checkpoint':
             pos_grid = _pretrained_grid(init_cfg)
         table_hw = grid_hw if pos_grid is None else tuple(pos_grid)
@@ -209,7 +258,9 @@ class VisionTransformer(BaseModule):
         self.blocks = nn.ModuleList(
             TransformerEncoderLayer(D, setting['num_heads'], setting['feedforward_channels'],
                                     drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
-                                    drop_path_rate=dpr[i], qkv_bias=qkv_bias, norm_eps=eps)
+                                    drop_path_rate=dpr[i], qkv_bias=qkv_bias, norm_eps=eps,
+                                    layer_scale_init_value=layer_scale_init_value,
+                                    ffn_type=ffn_type)
             for i in range(self.num_layers))
         self.norm = nn.LayerNorm(D, eps=eps) if final_norm else None
 
@@ -234,10 +285,18 @@ class VisionTransformer(BaseModule):
 
     def _build_pos_embed(self, cfg, grid_hw, num_heads, interpolate_mode):
         """None, one table (stem / every_layer_shared / a fixed RoPE, the same at every
-        layer) or a ModuleList (every_layer)."""
+        layer) or a ModuleList (every_layer).
+
+        Its extra tokens: an absolute table has rows for the class token only (registers
+        have no position); a relative bias or RoPE covers every extra token (class and
+        registers: tokens off the grid)."""
+        extra = self.num_extra_tokens
+        if self.pos_embed_type not in ('relative', 'rope'):
+            extra -= self.num_register_tokens
+
         def build():
             return build_position_embedding(cfg, self.embed_dims, grid_hw, num_heads,
-                                            self.num_extra_tokens, interpolate_mode)
+                                            extra, interpolate_mode)
         if self.pos_embed_type == 'none':
             return None
         first = build()
@@ -269,8 +328,8 @@ class VisionTransformer(BaseModule):
         return mods
 
     def _freeze_stages(self):
-        frozen_token = self.frozen_stages >= 0 and self.cls_token is not None
-        freeze(self._frozen_modules(), [self.cls_token] if frozen_token else [])
+        tokens = [t for t in (self.cls_token, self.register_tokens) if t is not None]
+        freeze(self._frozen_modules(), tokens if self.frozen_stages >= 0 else [])
 
     def train(self, mode=True):
         super().train(mode)
@@ -280,8 +339,9 @@ class VisionTransformer(BaseModule):
     @loads_pretrained(convert_vit, check=check_vit_size)
     def init_weights(self):
         """ViT init: truncated normal (std .02) for Linear weights, the class
-        token and position tables; zero biases; LayerNorm to identity. The patch
-        convolution keeps PyTorch's default (fan-in) init. An ``init_cfg``
+        token and position tables; zero biases; LayerNorm to identity; register tokens
+        N(0, 1e-6) (DINOv2's code); LayerScale keeps its ``layer_scale_init_value``. The
+        patch convolution keeps PyTorch's default (fan-in) init. An ``init_cfg``
         Pretrained checkpoint (timm / HF / official / MAE / densevit layout, converted by
         ``convert_vit``) is loaded afterwards, with missing keys reported; one of another
         width or depth is refused in one line naming both.
@@ -293,6 +353,8 @@ class VisionTransformer(BaseModule):
                 pe.init_weights()
             if self.cls_token is not None:
                 nn.init.trunc_normal_(self.cls_token, std=.02)
+            if self.register_tokens is not None:
+                nn.init.normal_(self.register_tokens, std=1e-6)
         super().init_weights()
 
     @property
@@ -336,20 +398,33 @@ class VisionTransformer(BaseModule):
         """One position module's table [1 or B, N, D] (absolute), bias [1 or B, h, N, N]
         (relative) or :class:`Rotation` (rotary), at the kept tokens; ``like``: the tokens
         (device and dtype of a rotation)."""
-        E = self.num_extra_tokens
-        if pe.kind == 'absolute':
-            return select_table(pe.table(hw), keep, E)
+        E = pe.num_extra_tokens
+        if pe.kind == 'absolute':  # zero rows for the registers (they have no position)
+            table = select_table(pe.table(hw), keep, E)
+            if self.register_tokens is None:
+                return table
+            return self._after_class_token(table, table.new_zeros(
+                table.shape[0], self.num_register_tokens, table.shape[2]))
         if pe.kind == 'rotary':
             return select_rotation(pe.rotation(hw, like), keep, E)
         return select_bias(pe.bias(hw), keep, E)
+
+    def _after_class_token(self, x, inserted):
+        """x [B', C + n, D] -> [B', C + R + n, D]: ``inserted`` [B', R, D] (the register
+        tokens, or their rows of a position table) placed after the C class tokens."""
+        C = self.num_extra_tokens - self.num_register_tokens
+        return torch.cat([x[:, :C], inserted, x[:, C:]], dim=1)
 
     def embed(self, x):
         """x: [B, C, H, W] -> patch tokens [B, h*w, D] (before the class token and any
         position embedding) and the patch grid (h, w)."""
         if self.stem is not None:
             x = self.stem(x)[-1]  # hybrid: patches of the CNN's feature map
+        P = self.patch_size
         if self.pad_to_patch:
-            x = F.pad(x, (0, -x.shape[-1] % self.patch_size, 0, -x.shape[-2] % self.patch_size))
+            x = F.pad(x, (0, -x.shape[-1] % P, 0, -x.shape[-2] % P))
+        elif self.crop_to_patch:
+            x = x[..., :x.shape[-2] - x.shape[-2] % P, :x.shape[-1] - x.shape[-1] % P]
         return self.patch_embed(x)
 
     def _layers(self, x, hw, keep, last):
@@ -364,7 +439,9 @@ class VisionTransformer(BaseModule):
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)
         if self.pos_embed_placement == 'stem':
-            x = x + select_table(self.pos_embed.table(hw), keep, self.num_extra_tokens)
+            x = x + select_table(self.pos_embed.table(hw), keep, self.pos_embed.num_extra_tokens)
+        if self.register_tokens is not None:  # after the position code: they have none
+            x = self._after_class_token(x, self.register_tokens.expand(B, -1, -1))
         x = self.pos_drop(x)  # [B, E + n, D]
         shared = None  # one table, bias or rotation built once per forward, used by every layer
         if self.pos_embed_placement != 'stem' and self.pos_embed is not None \
@@ -387,8 +464,8 @@ class VisionTransformer(BaseModule):
 
     def encode(self, tokens, hw, keep=None):
         """Patch tokens (from :meth:`embed`, possibly altered) -> the last layer's token
-        sequence [B, E + n, D] (final norm applied): the E extra (class) tokens, then the
-        kept patches in ``keep`` order.
+        sequence [B, E + n, D] (final norm applied): the E extra tokens (class token, then
+        registers), then the kept patches in ``keep`` order.
 
         Args:
             tokens: [B, h*w, D] patch tokens of grid ``hw``.
@@ -414,6 +491,8 @@ class VisionTransformer(BaseModule):
         last_needed = max(self.out_indices)  # layers after it would be wasted work
         for i, out in self._layers(tokens, (h, w), None, last_needed):
             if i in self.out_indices:
-                grid = out[:, self.num_extra_tokens:]  # drop the class token
+                if self.norm_every_output and i != self.num_layers - 1:
+                    out = self.norm(out)  # (the last layer's output has it already)
+                grid = out[:, self.num_extra_tokens:]  # drop the class and register tokens
                 feats[i] = grid.transpose(1, 2).reshape(B, self.embed_dims, h, w).contiguous()
         return tuple(feats[i] for i in self.out_indices)

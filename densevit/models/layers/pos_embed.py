@@ -29,6 +29,18 @@ def same_grid(src_hw, dst_hw):
     return src_hw == dst_hw
 
 
+def interpolate_kwargs(mode):
+    """``F.interpolate`` keywords of a table resize mode: 'nearest', 'bilinear', 'bicubic',
+    or 'bicubic_antialias' (``antialias=True``: the separable kernel with PIL's cubic
+    coefficient -0.5 instead of -0.75, so upsampling differs too; Hugging Face's
+    ``Dinov2WithRegistersModel`` resizes its table so)."""
+    if mode == 'nearest':
+        return dict(mode=mode)
+    if mode == 'bicubic_antialias':
+        return dict(mode='bicubic', align_corners=False, antialias=True)
+    return dict(mode=mode, align_corners=False)
+
+
 def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens, mode='bicubic'):
     """Resize the grid part of a position table to a new patch grid.
 
@@ -38,7 +50,8 @@ def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens, mode='bicubic'
         src_hw (tuple[int, int]): (h0, w0) the table was made for.
         dst_hw (tuple[int, int]): (h1, w1) wanted.
         num_extra_tokens (int): E, rows kept unchanged.
-        mode (str): ``F.interpolate`` mode ('bicubic', 'bilinear', 'nearest').
+        mode (str): ``F.interpolate`` mode ('bicubic', 'bilinear', 'nearest'), or
+            'bicubic_antialias' (:func:`interpolate_kwargs`).
 
     Returns:
         [1, E + h1*w1, D]; ``pos_embed`` itself when the sizes match.
@@ -54,8 +67,8 @@ def resize_pos_embed(pos_embed, src_hw, dst_hw, num_extra_tokens, mode='bicubic'
     extra, grid = pos_embed[:, :num_extra_tokens], pos_embed[:, num_extra_tokens:]
     grid = grid.reshape(1, h0, w0, d).permute(0, 3, 1, 2)  # [1, D, h0, w0]
     # Interpolate in float32: bicubic is not implemented for every half type.
-    kwargs = {} if mode == 'nearest' else dict(align_corners=False)
-    grid = F.interpolate(grid.float(), size=dst_hw, mode=mode, **kwargs).to(pos_embed.dtype)
+    grid = F.interpolate(grid.float(), size=dst_hw, **interpolate_kwargs(mode))
+    grid = grid.to(pos_embed.dtype)
     grid = grid.flatten(2).transpose(1, 2)  # [1, h1*w1, D]
     return torch.cat([extra, grid], dim=1)
 

@@ -4,6 +4,10 @@ from mmcv.cnn.bricks import DropPath
 from torch import nn
 
 from .attention import MultiheadAttention
+from .layer_scale import LayerScale
+from .swiglu import SwiGLU
+
+FFN_TYPES = ('mlp', 'swiglu')
 
 
 class Mlp(nn.Module):
@@ -25,7 +29,8 @@ class Mlp(nn.Module):
 
 
 class TransformerEncoderLayer(nn.Module):
-    """Pre-norm encoder layer: ``x + MSA(LN(x))`` then ``x + MLP(LN(x))``.
+    """Pre-norm encoder layer: ``x + MSA(LN(x))`` then ``x + MLP(LN(x))``; with layer
+    scale ``x + gamma1 * MSA(LN(x))`` then ``x + gamma2 * FFN(LN(x))``.
 
     Normalising before each sub-layer (not after, as in the original
     Transformer) keeps the residual stream un-normalised, which is what lets
@@ -43,25 +48,37 @@ class TransformerEncoderLayer(nn.Module):
         drop_path_rate (float): stochastic depth of both residual branches.
         qkv_bias (bool): bias on the qkv projection.
         norm_eps (float): LayerNorm epsilon (1e-6 as in the JAX/timm ViT).
+        layer_scale_init_value (float, optional): LayerScale (CaiT) on both residual
+            branches, ``gamma`` starting at this value (``ls1``, ``ls2``); None or 0: none.
+        ffn_type (str): 'mlp' (:class:`Mlp`) or 'swiglu' (:class:`~.swiglu.SwiGLU`, its
+            hidden width derived from ``feedforward_channels``); both name their
+            layers ``mlp.fc1`` / ``mlp.fc2``.
 
     Shapes: x [B, N, D] -> [B, N, D].
     """
 
     def __init__(self, embed_dims, num_heads, feedforward_channels=None, mlp_ratio=4.,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0., qkv_bias=True,
-                 norm_eps=1e-6):
+                 norm_eps=1e-6, layer_scale_init_value=None, ffn_type='mlp'):
         super().__init__()
+        if ffn_type not in FFN_TYPES:
+            raise ValueError(f'Unknown ffn_type {ffn_type!r}; choose from {FFN_TYPES}')
         if feedforward_channels is None:
             feedforward_channels = int(embed_dims * mlp_ratio)
         self.norm1 = nn.LayerNorm(embed_dims, eps=norm_eps)
         self.attn = MultiheadAttention(embed_dims, num_heads, qkv_bias=qkv_bias,
                                        attn_drop=attn_drop_rate, proj_drop=drop_rate)
+        scale = layer_scale_init_value
+        self.ls1 = LayerScale(embed_dims, scale) if scale else nn.Identity()
         self.norm2 = nn.LayerNorm(embed_dims, eps=norm_eps)
-        self.mlp = Mlp(embed_dims, feedforward_channels, drop=drop_rate)
+        ffn = SwiGLU if ffn_type == 'swiglu' else Mlp
+        self.mlp = ffn(embed_dims, feedforward_channels, drop=drop_rate)
+        self.ls2 = LayerScale(embed_dims, scale) if scale else nn.Identity()
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, attn_mask=None, rope=None) -> torch.Tensor:
         """x: [B, N, D]; attn_mask, rope: see ``MultiheadAttention.forward``."""
-        x = x + self.drop_path(self.attn(self.norm1(x), attn_mask=attn_mask, rope=rope))
-        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        x = x + self.drop_path(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask,
+                                                  rope=rope)))
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
         return x
