@@ -114,8 +114,11 @@ def download_checkpoint(url, progress=True):
 def load_checkpoint_safely(path, map_location='cpu', mmap=False):
     """``torch.load(path, weights_only=True)`` with errors that say what is wrong.
 
-    ``path`` is a local file or an ``http(s)://`` URL; a URL's file is downloaded to
-    torch's hub cache (or found there) and then read exactly as a local file.
+    ``path`` is a local file, a folder as Hugging Face's ``save_pretrained`` writes it
+    (its ``model.safetensors`` or ``pytorch_model.bin``, or the shards its
+    ``model.safetensors.index.json`` lists, merged), or an ``http(s)://`` URL; a URL's
+    file is downloaded to torch's hub cache (or found there) and then read exactly as a
+    local file.
 
     - a pickled object outside the allow-list (e.g. ``os.system`` through
       ``__reduce__``: a file that runs code when unpickled) raises
@@ -128,6 +131,8 @@ def load_checkpoint_safely(path, map_location='cpu', mmap=False):
     if is_url(path):
         path = download_checkpoint(path)
     path = os.path.expanduser(os.fspath(path))
+    if os.path.isdir(path):
+        return _load_folder(path, map_location, mmap)
     if not os.path.isfile(path):
         raise FileNotFoundError(f'checkpoint not found: {path}')
     if path.endswith('.safetensors'):  # tensors only by construction
@@ -150,6 +155,28 @@ def load_checkpoint_safely(path, map_location='cpu', mmap=False):
             raise CorruptCheckpointError(f'checkpoint {path} is truncated or corrupt (an interrupted '
                                          f'save or copy?): {e}') from None
         raise
+
+
+HF_WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
+HF_INDEX_FILE = 'model.safetensors.index.json'
+
+
+def _load_folder(path, map_location, mmap):
+    """A ``save_pretrained`` folder -> its tensors (one file, or the index's shards)."""
+    for name in HF_WEIGHT_FILES:
+        if os.path.isfile(os.path.join(path, name)):
+            return load_checkpoint_safely(os.path.join(path, name), map_location, mmap)
+    index = os.path.join(path, HF_INDEX_FILE)
+    if os.path.isfile(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f).get('weight_map', {}).values()))
+        merged = {}
+        for shard in shards:
+            merged.update(load_checkpoint_safely(os.path.join(path, shard), map_location, mmap))
+        return merged
+    raise FileNotFoundError(f'checkpoint folder {path} holds none of '
+                            f'{", ".join(HF_WEIGHT_FILES + (HF_INDEX_FILE,))}: give the '
+                            f'weights file itself')
 
 
 def _whole_zip(path):

@@ -4,8 +4,8 @@ A pretrained backbone's early layers hold generic features that fine-tuning
 should move least: layer ``i`` of ``L`` gets ``lr * rate ** (L + 1 - i)``. Layer
 ids, read from parameter names:
 
-- 0: the stem, ``backbone.patch_embed``, ``cls_token``, ``mask_token``, a stem /
-  shared ``pos_embed``, ``absolute_pos_embed``;
+- 0: the stem, ``backbone.patch_embed``, ``cls_token``, ``register_tokens``,
+  ``mask_token``, a stem / shared ``pos_embed``, ``absolute_pos_embed``;
 - ViT: ``backbone.blocks.i`` -> i + 1 (a per-layer ``pos_embed.i`` goes with it);
 - Swin / MiT: ``backbone.layers.i.blocks.j`` or ``backbone.stages.i.blocks.j`` ->
   the cumulative block index + 1 (blocks of earlier stages counted first); a
@@ -13,8 +13,8 @@ ids, read from parameter names:
   last block, MiT's per-stage ``patch_embed`` that of the block before it;
 - everything else (final norms, neck, heads): L + 1, the full learning rate.
 
-Weight decay is 0 for 1-d parameters (norm weights, biases) and position
-tables / tokens; the others keep the optimizer's ``weight_decay``. ``custom_keys``
+Weight decay is 0 for 1-d parameters (norm weights, biases, LayerScale's gammas) and
+position tables / tokens (class, register, mask); the others keep the optimizer's ``weight_decay``. ``custom_keys``
 (mmengine's ``paramwise_cfg`` option: ``{name part: dict(lr_mult, decay_mult)}``, the
 longest matching part wins) multiply on top, e.g. Deformable DETR's 0.1 for its
 sampling offsets.
@@ -27,9 +27,10 @@ from mmengine.optim import DefaultOptimWrapperConstructor
 
 from densevit.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
-NO_DECAY_KEYS = ('pos_embed', 'cls_token', 'mask_token', 'absolute_pos_embed',
-                 'relative_position_bias_table')
-_STEM = ('patch_embed', 'cls_token', 'mask_token', 'absolute_pos_embed', 'stem')
+NO_DECAY_KEYS = ('pos_embed', 'cls_token', 'register_tokens', 'mask_token',
+                 'absolute_pos_embed', 'relative_position_bias_table')
+_STEM = ('patch_embed', 'cls_token', 'register_tokens', 'mask_token', 'absolute_pos_embed',
+         'stem')
 
 
 def stage_offsets(backbone):

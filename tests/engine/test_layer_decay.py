@@ -56,6 +56,21 @@ def test_vit_layer_ids_and_rates():
     assert got['head.weight'] == (LR, WD) and got['head.bias'] == (LR, 0.0)
 
 
+def test_vit_registers_and_layer_scale():
+    """DINOv2's extra parameters: register tokens with the stem (rate^(L+1), no decay),
+    LayerScale gammas with their block, no decay."""
+    model = Model(dict(type='VisionTransformer', img_size=32, patch_size=8, with_cls_token=True,
+                       num_register_tokens=2, layer_scale_init_value=1e-5,
+                       arch=dict(embed_dims=8, num_layers=2, num_heads=2,
+                                 feedforward_channels=16)))
+    got = param_settings(model)
+    L = 2
+    assert got['backbone.register_tokens'] == (RATE ** (L + 1), 0.0)
+    for i in range(L):
+        for g in ('ls1', 'ls2'):
+            assert got[f'backbone.blocks.{i}.{g}.gamma'] == (pytest.approx(RATE ** (L - i)), 0.0)
+
+
 def test_vit_num_layers_from_config():
     model = Model(dict(type='VisionTransformer', img_size=32, patch_size=8,
                        arch=dict(embed_dims=8, num_layers=2, num_heads=2,

@@ -8,6 +8,7 @@
   (``--non-strict`` evaluates anyway).
 - A checkpoint carrying pickled code: refused with a message saying so, code not run.
 """
+import json
 import pickle
 import signal
 import subprocess
@@ -205,3 +206,33 @@ def test_test_tool_loads_strictly_and_reports_in_one_line(tmp_path_factory, tmp_
         rc = load_tool('tools/test.py').main([det['config'], str(tmp_path / 'missing_one.pth'),
                                               '--work-dir', str(tmp_path / 'work'), '--non-strict'])
     assert rc == 0
+
+
+def test_save_pretrained_folder(tmp_path):
+    """A Hugging Face ``save_pretrained`` folder reads as its weights file; a sharded one as
+    its shards merged; a folder without weights is refused naming what it looked for."""
+    from safetensors.torch import save_file
+
+    from densevit.checkpoint.read import read_checkpoint
+
+    a, b = torch.randn(2, 3), torch.randn(4)
+    one = tmp_path / 'one'
+    one.mkdir()
+    save_file({'x.weight': a, 'y.bias': b}, str(one / 'model.safetensors'))
+    got = read_checkpoint(one)
+    assert set(got) == {'x.weight', 'y.bias'} and torch.equal(got['x.weight'], a)
+
+    sharded = tmp_path / 'sharded'
+    sharded.mkdir()
+    save_file({'x.weight': a}, str(sharded / 'model-00001-of-00002.safetensors'))
+    save_file({'y.bias': b}, str(sharded / 'model-00002-of-00002.safetensors'))
+    (sharded / 'model.safetensors.index.json').write_text(json.dumps({'weight_map': {
+        'x.weight': 'model-00001-of-00002.safetensors',
+        'y.bias': 'model-00002-of-00002.safetensors'}}))
+    got = read_checkpoint(sharded)
+    assert torch.equal(got['x.weight'], a) and torch.equal(got['y.bias'], b)
+
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match='holds none of model.safetensors'):
+        read_checkpoint(empty)
