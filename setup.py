@@ -22,9 +22,11 @@ setup(
     packages=find_packages(include=['densevit', 'densevit.*']),
     python_requires='>=3.10',
     install_requires=requirements,
-    # transformers: the reference implementations the weight converters are proven against
+    # transformers, monai: the reference implementations the weight converters are proven
+    # against (monai's UNETR needs einops, an optional dependency of monai)
     # ruff: the lint .ci/run runs (pinned: new releases add rules)
     extras_require={'tests': ['pytest>=7', 'transformers>=4.40,<6', 'safetensors>=0.4',
+                              'monai>=1.3', 'einops>=0.6',
                               'tensorboard>=2.10', 'ruff==0.17.6', *DEPLOY],
                     # tools/train.py --tensorboard (mmengine's TensorboardVisBackend)
                     'tensorboard': ['tensorboard>=2.10'],

@@ -14,7 +14,7 @@ _base_ = [
     '../_base_/models/segformer_mit-b0.py',
     '../_base_/datasets/ade20k.py',
     '../_base_/seg_runtime.py',
-    '../_base_/schedules/schedule_160k.py',
+    '../_base_/schedules/adamw_160k.py',
 ]
 
 crop_size = (512, 512)
@@ -28,21 +28,12 @@ model = dict(
     decode_head=dict(num_classes=150),
     test_cfg=dict(mode='whole'))
 
-# AdamW 6e-5, head lr x10, no weight decay on norms (and position blocks, where a
-# backbone has them); 1500 iterations of linear warmup, then linear ("poly", power 1)
-# decay to 0.
-optim_wrapper = dict(
-    _delete_=True,
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01),
-    paramwise_cfg=dict(custom_keys={
-        'pos_block': dict(decay_mult=0.),
-        'norm': dict(decay_mult=0.),
-        'head': dict(lr_mult=10.)}))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, by_epoch=False, begin=1500, end=160000),
-]
+# AdamW 6e-5 with warmup and linear decay (adamw_160k.py); head lr x10, no weight decay on
+# norms (and position blocks, where a backbone has them).
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'pos_block': dict(decay_mult=0.),
+    'norm': dict(decay_mult=0.),
+    'head': dict(lr_mult=10.)}))
 
 train_dataloader = dict(batch_size=2, num_workers=2)
 val_dataloader = dict(batch_size=1, num_workers=4)

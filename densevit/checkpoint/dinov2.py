@@ -39,15 +39,23 @@ with ``antialias=True`` in the registers model, so its origin option is
 from .layout import Layout, hf_vit_drop, hf_vit_rules
 
 _PREFIX = r'(?:dinov2(?:_with_registers)?\.)?'
-_LAYER = _PREFIX + r'encoder\.layer\.(\d+)\.'
-_RULES = [
-    *hf_vit_rules(_PREFIX),
-    (_LAYER + r'norm(1|2)\.(weight|bias)', r'blocks.\1.norm\2.\3'),
-    (_LAYER + r'layer_scale(1|2)\.lambda1', r'blocks.\1.ls\2.gamma'),
-    (_LAYER + r'mlp\.(?:fc1|weights_in)\.(weight|bias)', r'blocks.\1.mlp.fc1.\2'),
-    (_LAYER + r'mlp\.(gate|up)_proj\.(weight|bias)', r'blocks.\1.mlp.fc1.\3@\2'),
-    (_LAYER + r'mlp\.(?:fc2|weights_out|down_proj)\.(weight|bias)', r'blocks.\1.mlp.fc2.\2'),
-]
+
+
+def layer_rules(layer):
+    """A DINOv2-style layer under ``layer`` (a regex ending in ``.``, its one group the
+    layer index), beside its attention: the two norms, LayerScale, and the MLP or SwiGLU
+    (Hub names ``fc1`` / ``weights_in``, module names ``gate_proj`` / ``up_proj``, gate
+    first when fused; ``fc2`` / ``weights_out`` / ``down_proj``). DINOv3's layers too."""
+    return [
+        (layer + r'norm(1|2)\.(weight|bias)', r'blocks.\1.norm\2.\3'),
+        (layer + r'layer_scale(1|2)\.lambda1', r'blocks.\1.ls\2.gamma'),
+        (layer + r'mlp\.(?:fc1|weights_in)\.(weight|bias)', r'blocks.\1.mlp.fc1.\2'),
+        (layer + r'mlp\.(gate|up)_proj\.(weight|bias)', r'blocks.\1.mlp.fc1.\3@\2'),
+        (layer + r'mlp\.(?:fc2|weights_out|down_proj)\.(weight|bias)', r'blocks.\1.mlp.fc2.\2'),
+    ]
+
+
+_RULES = [*hf_vit_rules(_PREFIX), *layer_rules(_PREFIX + r'encoder\.layer\.(\d+)\.')]
 _DROP = hf_vit_drop(_PREFIX)
 _SIGNATURE = r'(^|\.)encoder\.layer\.\d+\.(norm1|layer_scale1)\.'
 

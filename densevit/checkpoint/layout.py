@@ -79,16 +79,26 @@ def hf_vit_rules(prefix):
     ``prefix`` (a regex: an optional ``vit.`` for ViT): class token, position table, patch
     embedding, and each layer's self-attention, as Hub files name them
     (``encoder.layer.N.attention.attention.query``, ``attention.output.dense``) and as
-    transformers-5 modules do (``attention.q_proj``, ``o_proj``): q, k, v fused into
-    ``blocks.N.attn.qkv`` (``@q`` ...), the output projection ``blocks.N.attn.proj``; the
-    final ``layernorm``."""
-    layer = prefix + r'(?:encoder\.layer|layers)\.(\d+)\.attention\.'
+    transformers-5 modules do (``attention.q_proj``, ``o_proj``; :func:`hf_attention_rules`);
+    the final ``layernorm``."""
     return [
         (prefix + r'layernorm\.(weight|bias)', r'norm.\1'),
         (prefix + r'embeddings\.cls_token', 'cls_token'),
         (prefix + r'embeddings\.position_embeddings', 'pos_embed.weight'),
         (prefix + r'embeddings\.patch_embeddings\.projection\.(weight|bias)',
          r'patch_embed.proj.\1'),
+        *hf_attention_rules(prefix + r'(?:encoder\.layer|layers)\.(\d+)\.'),
+    ]
+
+
+def hf_attention_rules(layer):
+    """The self-attention of Hugging Face's ViT-style layers (ViT, DINOv2, DINOv3) under
+    ``layer`` (a regex ending in ``.``, its one group the layer index): q, k, v
+    (``attention.attention.query`` in Hub files, ``attention.q_proj`` in transformers 5's
+    modules) fused into ``blocks.N.attn.qkv`` (``@q`` ...), the output projection
+    (``attention.output.dense``, ``attention.o_proj``) ``blocks.N.attn.proj``."""
+    layer += r'attention\.'
+    return [
         (layer + r'(?:attention\.)?(query|key|value|q_proj|k_proj|v_proj)\.(weight|bias)',
          lambda m: f'blocks.{m[1]}.attn.qkv.{m[3]}@{QKV_PARTS[m[2]]}'),
         (layer + r'(?:output\.dense|o_proj)\.(weight|bias)', r'blocks.\1.attn.proj.\2'),
@@ -104,6 +114,25 @@ def hf_vit_drop(prefix):
     }
 
 
+def prefixed_rules(rules, src, dst):
+    """``rules`` for keys under the regex ``src``, renamed under ``dst`` (e.g. a backbone's
+    rules inside a whole model: ``src`` the regex of ``backbone.``, ``dst`` the string)."""
+    def target(repl):
+        return (lambda m: dst + repl(m)) if callable(repl) else dst + repl
+    return [(src + pattern, target(repl)) for pattern, repl in rules]
+
+
+# a segmentor's heads under MMSegmentation's names: the decode head, and auxiliary heads
+# listed (``auxiliary_head.K``, a list in its config) or single (``auxiliary_head``, a dict)
+MMSEG_HEAD = r'(decode_head|auxiliary_head(?:\.\d+)?)\.'
+
+
+def mmseg_head(name):
+    """densevit's module name of an mmseg head (group 1 of :data:`MMSEG_HEAD`): a single
+    auxiliary head is the first of densevit's always-a-list auxiliary heads."""
+    return 'auxiliary_head.0' if name == 'auxiliary_head' else name
+
+
 def detector_layout(name, signature):
     """A densevit detector's own keys (``backbone.*``, ``neck.*``, ``bbox_head.*``), kept as
     they are; recognised by ``signature`` (a key only that head has)."""
@@ -113,7 +142,10 @@ def fuse_parts(state_dict):
     """Concatenate ``name@q``, ``name@k``, ``name@v`` (or ``name@gate``, ``name@up``)
     into ``name`` (dim 0).
 
-    Incomplete groups are left as they are, so they show up as unexpected keys.
+    A q / k / v bias with a part missing (DINOv3 has no key bias), ``X.qkv.bias@q`` and
+    ``@v``, becomes ``X.q_bias`` and ``X.v_bias``: the biases of an attention built with
+    ``qkv_bias=(True, False, True)``. Other incomplete groups are left as they are, so
+    they show up as unexpected keys.
     """
     out, groups = OrderedDict(), OrderedDict()
     for k, v in state_dict.items():
@@ -127,6 +159,9 @@ def fuse_parts(state_dict):
         group = next((g for g in _GROUPS if set(parts) == set(g)), None)
         if group is not None:
             out[base] = torch.cat([parts[p] for p in group], dim=0)
+        elif base.endswith('.qkv.bias') and set(parts) < set(_GROUPS[0]):
+            del out[base]
+            out.update({f'{base[:-len("qkv.bias")]}{p}_bias': t for p, t in parts.items()})
         else:
             del out[base]
             out.update({f'{base}@{p}': t for p, t in parts.items()})

@@ -68,7 +68,7 @@ import re
 
 import torch
 
-from .layout import Layout, convert_state_dict
+from .layout import Layout, convert_state_dict, prefixed_rules
 from .read import flatten_checkpoint
 
 _W = r'(weight|bias)'
@@ -119,11 +119,7 @@ def _split_in_proj(state_dict):
 
 def _backbone(name, signature, rules, src='', dst='', drop=None, post=None, options=None):
     """A Layout whose rules are ``rules`` under source prefix ``src`` and target ``dst``."""
-    def target(repl):
-        if callable(repl):
-            return lambda m: dst + repl(m)
-        return dst + repl
-    return Layout(name, signature, [(src + p, target(r)) for p, r in rules],
+    return Layout(name, signature, prefixed_rules(rules, src, dst),
                   drop=dict(drop or {}), post=post, options=dict(options or {}))
 
 

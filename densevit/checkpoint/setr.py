@@ -54,22 +54,17 @@ import re
 
 import torch
 
-from .layout import Layout
+from .layout import MMSEG_HEAD as _HEAD
+from .layout import Layout, prefixed_rules
+from .layout import mmseg_head as _head
 from .vit import MMSEG_RULES, add_patch_bias
 
 _LEAF = r'(weight|bias|running_mean|running_var|num_batches_tracked)'
-_HEAD = r'(decode_head|auxiliary_head(?:\.\d+)?)\.'
-
-
-def _head(name):
-    """densevit's module name: a single mmseg auxiliary head (a dict in the config, no
-    index in its keys) is the first of densevit's always-a-list auxiliary heads."""
-    return 'auxiliary_head.0' if name == 'auxiliary_head' else name
 
 
 def _backbone_rules():
     """mmseg ViT rules under ``backbone.``."""
-    return [(r'backbone\.' + pattern, 'backbone.' + repl) for pattern, repl in MMSEG_RULES]
+    return prefixed_rules(MMSEG_RULES, r'backbone\.', 'backbone.')
 
 
 def _backbone_post(state_dict):

@@ -41,7 +41,7 @@ Layouts recognised from the keys:
     ``j * C + c`` with j over (dy, dx) = (0, 0), (1, 0), (0, 1), (1, 1): not a
     permutation of 4 blocks but of all 4C channels. ``reduction.weight``
     [2C, 4C] (its columns) and ``norm.{weight,bias}`` [4C] are re-indexed
-    (:func:`_from_unfold_order`; swin2mmseg.py applies the forward map);
+    (:func:`from_unfold_order`; swin2mmseg.py applies the forward map);
   * ``relative_position_index`` (a saved buffer; built by another formula, the
     same index) and the ImageNet files' ``attn_mask`` buffers are dropped;
   * the ImageNet files' final ``norm`` is dropped: mmseg's SwinTransformer has no
@@ -141,24 +141,27 @@ MMSEG = Layout(
     options=_DENSE)
 
 
-def _from_unfold_order(state_dict):
+def from_unfold_order(state_dict, prefix=''):
     """Patch-merging weights from mmseg's unfold channel order to the concatenation order.
 
     mmseg's 4C merged channels are ``c * 4 + k`` with k = 2 * dy + dx (``nn.Unfold``
     over 2x2); ours ``j * C + c`` with j over (dy, dx) = (0, 0), (1, 0), (0, 1),
     (1, 1), i.e. k = (0, 2, 1, 3)[j]. ``reduction.weight`` [2C, 4C] is re-indexed
-    along its columns, ``norm.{weight,bias}`` [4C] alike.
+    along its columns, ``norm.{weight,bias}`` [4C] alike. ``prefix``: where the
+    backbone's keys are (``'backbone.'`` in a whole model).
     """
+    merging = (re.escape(prefix)
+               + r'layers\.\d+\.downsample\.(reduction\.weight|norm\.(weight|bias))')
     out = OrderedDict()
     for k, v in state_dict.items():
-        if re.fullmatch(r'layers\.\d+\.downsample\.(reduction\.weight|norm\.(weight|bias))', k):
+        if re.fullmatch(merging, k):
             lead = v.shape[:-1]
             v = v.reshape(*lead, -1, 4)[..., [0, 2, 1, 3]].transpose(-1, -2).reshape(*lead, -1)
         out[k] = v
     return out
 
 
-MMSEG.post = _from_unfold_order
+MMSEG.post = from_unfold_order
 
 _QKV = {'query': 'q', 'key': 'k', 'value': 'v', 'q_proj': 'q', 'k_proj': 'k', 'v_proj': 'v'}
 _HF = r'(?:swin\.)?'

@@ -39,6 +39,9 @@ Layouts recognised from the keys:
 
 - Hugging Face DINOv2, with or without registers: :mod:`densevit.checkpoint.dinov2`.
 
+- Hugging Face DINOv3 (``DINOv3ViTModel``, ``DINOv3ViTBackbone``):
+  :mod:`densevit.checkpoint.dinov3`.
+
 - densevit's own checkpoints with the ViT under ``backbone.`` (mmengine's ``state_dict``):
   ``backbone.X`` -> ``X`` by the timm rules; everything else dropped with a logged count,
   as the ``densevit MAE`` layout (a pre-training model: decoder under ``neck.`` /
@@ -93,7 +96,7 @@ import re
 
 from mmengine.logging import print_log
 
-from . import dinov2
+from . import dinov2, dinov3
 from .layout import Layout, convert_state_dict, hf_vit_drop, hf_vit_rules
 from .match import CheckpointMismatchError
 
@@ -109,6 +112,7 @@ TIMM = Layout(
         (r'pos_embed\.(.+)', r'pos_embed.\1'),  # densevit's own position modules
         (r'blocks\.(\d+)\.' + _BLOCK_PARTS + r'\.(weight|bias)', r'blocks.\1.\2.\3'),
         (r'blocks\.(\d+)\.(ls1|ls2)\.gamma', r'blocks.\1.\2.gamma'),  # LayerScale
+        (r'blocks\.(\d+)\.attn\.([qkv])_bias', r'blocks.\1.attn.\2_bias'),  # per-part biases
         (r'register_tokens', 'register_tokens'),  # densevit's own registers
         (r'norm\.(weight|bias)', r'norm.\1'),
         (r'stem\.(.+)', r'stem.\1'),  # densevit's hybrid CNN stem
@@ -235,8 +239,9 @@ def convert_vit(state_dict, strict=False):
     Args:
         state_dict (dict): timm (DeiT, AugReg, MAE fine-tuned), official MAE, HF
             (``ViTModel``, ``ViTMAEModel``, ``ViTMAEForPreTraining``, ``Dinov2Model`` /
-            ``Dinov2Backbone`` with or without registers) or MMSegmentation ViT tensors, densevit's own ViT, or a densevit MAE / detector / segmentor
-            checkpoint (its ``backbone.*``).
+            ``Dinov2Backbone`` with or without registers, ``DINOv3ViTModel`` /
+            ``DINOv3ViTBackbone``) or MMSegmentation ViT tensors, densevit's own ViT, or a
+            densevit MAE / detector / segmentor checkpoint (its ``backbone.*``).
         strict (bool): raise on keys no rule explains (else kept, and reported
             as unexpected when loaded).
 
@@ -249,11 +254,12 @@ def convert_vit(state_dict, strict=False):
     ours = densevit_model_layout(state_dict)
     layouts = [ours] if ours is not None else []
     out = convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF,
-                                          *dinov2.LAYOUTS, MMSEG], 'ViT', strict)
-    if out.layout == TIMM.name and 'pos_embed' not in state_dict and \
-            any(k.startswith('pos_embed.') for k in state_dict):
-        # densevit's own ViT (its table in a module): timm's rules read it, but its origin
-        # (and so its LayerNorm eps) is not timm's: a converted file's meta tells it
+                                          *dinov2.LAYOUTS, *dinov3.LAYOUTS, MMSEG], 'ViT',
+                             strict)
+    if out.layout == TIMM.name and 'pos_embed' not in state_dict:
+        # densevit's own ViT (its table in a module, or none: RoPE, a relative bias; timm's
+        # ViTs have a bare pos_embed): timm's rules read it, but its origin (and so its
+        # LayerNorm eps) is not timm's: a converted file's meta tells it
         out.layout, out.options = 'densevit ViT', {}
     return out
 
@@ -297,12 +303,23 @@ def _side(size):
     return h if h == w else (h, w)
 
 
+def _qkv_bias(state_dict):
+    """(q, k, v) bias flags of the first layer's attention; None without one."""
+    prefix = 'blocks.0.attn.'
+    if prefix + 'qkv.weight' not in state_dict:
+        return None
+    if prefix + 'qkv.bias' in state_dict:
+        return True, True, True
+    return tuple(f'{prefix}{p}_bias' in state_dict for p in 'qkv')
+
+
 def vit_shape(state_dict):
     """``{option: value}`` of a ViT state dict in densevit's layout, for what it tells:
-    ``embed_dims``, ``num_layers``, ``patch_size`` (its patch convolution) and, where it
-    has the token embeddings (a patch convolution), ``num_register_tokens``."""
+    ``embed_dims``, ``num_layers``, ``patch_size`` (its patch convolution), ``qkv_bias``
+    (q, k, v flags, where it has a layer's attention) and, where it has the token
+    embeddings (a patch convolution), ``num_register_tokens``."""
     width, depth = vit_size(state_dict)
-    shape = dict(embed_dims=width, num_layers=depth)
+    shape = dict(embed_dims=width, num_layers=depth, qkv_bias=_qkv_bias(state_dict))
     patch = state_dict.get('patch_embed.proj.weight')
     if patch is not None:
         shape['patch_size'] = _side(tuple(patch.shape[-2:]))
@@ -321,17 +338,18 @@ _SHAPE_ERRORS = dict(
     patch_size=('with patch size {v}', 'patch size {own} (patch_size)',
                 'build the ViT with patch_size={v}'),
     num_register_tokens=('with {v} register tokens', '{own} (num_register_tokens)',
-                         'build the ViT with num_register_tokens={v}'))
+                         'build the ViT with num_register_tokens={v}'),
+    qkv_bias=('with q, k, v biases {v}', '{own} (qkv_bias)', 'build the ViT with qkv_bias={v}'))
 
 
 def check_vit_size(module, state_dict, source, what='a checkpoint'):
-    """Refuse a ViT checkpoint of another width, depth, patch size or number of register
-    tokens than ``module`` in one line.
+    """Refuse a ViT checkpoint of another width, depth, patch size, number of register
+    tokens or q / k / v biases than ``module`` in one line.
 
     Otherwise a checkpoint of another width loads nothing but a long list of tensors of
     the wrong shape, one of another depth loads only the layers both have, one of another
-    patch size leaves a random patch embedding, and one with other registers misses (or
-    drops) them.
+    patch size leaves a random patch embedding, one with other registers misses (or
+    drops) them, and one with other biases (DINOv3's absent key bias) leaves them at zero.
 
     Raises:
         CheckpointMismatchError: naming the first option that differs, with the

@@ -1,18 +1,25 @@
 """Hugging Face DINOv2 checkpoints (with and without registers, MLP and SwiGLU): converted and
 loaded into densevit's ViT, whose token sequence and feature maps equal HF's on random weights."""
-import logging
+import functools
 
 import pytest
 import torch
 
-from densevit.checkpoint.cli import run
-from densevit.checkpoint.convert import convert_any
 from densevit.checkpoint.match import CheckpointMismatchError, load_into
 from densevit.checkpoint.pretrained import load_pretrained
 from densevit.checkpoint.read import read_checkpoint
 from densevit.checkpoint.vit import convert_vit
 from densevit.models.backbones.vit import VisionTransformer
 from densevit.utils.random_init import randomize_
+
+from hf_vit_checks import (
+    assert_feature_maps_match,
+    assert_loads_like_hf,
+    assert_tokens_match,
+    converted_with_the_command,
+    max_diff,
+    warning_lines,
+)
 
 transformers = pytest.importorskip('transformers')
 
@@ -48,16 +55,6 @@ def _ours(registers, swiglu, layers=2, antialias=None, **kwargs):
         **kwargs).eval()
 
 
-def _as_map(tokens, size):
-    """[B, h*w, D] -> [B, D, h, w] for an image of ``size`` (HF's grid: H // P, W // P)."""
-    return tokens.transpose(1, 2).reshape(tokens.shape[0], WIDTH, size[0] // PATCH,
-                                          size[1] // PATCH)
-
-
-def _max_diff(a, b):
-    return (a - b).abs().max().item()
-
-
 @pytest.fixture(scope='module', params=CASES, ids=lambda c: f'registers{c[0]}-swiglu{c[1]}')
 def hf_dinov2(request, tmp_path_factory):
     registers, swiglu = request.param
@@ -78,15 +75,7 @@ def test_hf_dinov2_tokens_match(hf_dinov2, source):
     assert converted.layout == f'Hugging Face DINOv2{with_registers}'
     ours = _ours(registers, swiglu)
     load_into(ours, converted, source, strict=True)
-    for size in SIZES:
-        x = torch.randn(2, 3, *size)
-        with torch.no_grad():
-            ref = hf(pixel_values=x).last_hidden_state  # [B, 1 + R + h*w, D]
-            tokens = ours.forward_visible(x)
-            (out,) = ours(x)
-        assert tokens.shape == ref.shape
-        assert _max_diff(tokens, ref) < 1e-4, size
-        assert _max_diff(out, _as_map(ref[:, 1 + registers:], size)) < 1e-4, size
+    assert_tokens_match(ours, hf, SIZES, PATCH)
 
 
 def test_the_table_resize_differs_with_and_without_antialias(hf_dinov2):
@@ -97,7 +86,7 @@ def test_the_table_resize_differs_with_and_without_antialias(hf_dinov2):
     load_pretrained(ours, path, convert=convert_vit)
     x = torch.randn(1, 3, 70, 84)
     with torch.no_grad():
-        assert _max_diff(ours.forward_visible(x), hf(pixel_values=x).last_hidden_state) > 1e-3
+        assert max_diff(ours.forward_visible(x), hf(pixel_values=x).last_hidden_state) > 1e-3
 
 
 @pytest.mark.parametrize('registers,swiglu', [(0, False), (2, True)])
@@ -107,45 +96,25 @@ def test_hf_dinov2_backbone_feature_maps_match(registers, swiglu):
     hf = _hf(registers, swiglu, layers=3, backbone=True, out_indices=[1, 3])
     ours = _ours(registers, swiglu, layers=3, out_indices=(0, 2), norm_every_output=True)
     load_into(ours, convert_vit(hf.state_dict(), strict=True), 'hf', strict=True)
-    for size in SIZES:
-        x = torch.randn(2, 3, *size)
-        with torch.no_grad():
-            ref, out = hf(pixel_values=x).feature_maps, ours(x)
-        assert len(out) == len(ref) == 2
-        for a, b in zip(out, ref, strict=True):
-            assert a.shape == b.shape and _max_diff(a, b) < 1e-4, size
+    assert_feature_maps_match(ours, hf, SIZES)
 
 
 def test_init_cfg_pretrained_loads_the_save_pretrained_file(hf_dinov2, log_lines):
     registers, swiglu, hf, path = hf_dinov2
-    ours = _ours(registers, swiglu, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
-    ours.init_weights()
-    ours.eval()
-    x = torch.randn(1, 3, 70, 84)
-    with torch.no_grad():
-        (out,) = ours(x)
-        ref = hf(pixel_values=x).last_hidden_state[:, 1 + registers:]
-    assert _max_diff(out, _as_map(ref, x.shape[-2:])) < 1e-4
-    assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]
+    assert_loads_like_hf(functools.partial(_ours, registers, swiglu), path, hf, (70, 84),
+                         log_lines)
     assert any('dropped 1 key(s)' in m and 'mask_token' in m for _, m in log_lines)
 
 
 def test_converter_command_output_loads_with_its_origin(hf_dinov2, tmp_path, log_lines):
-    """``tools/convert/checkpoint.py`` (cli.run on convert_any): the converted file records its
-    origin's options and loads with the same outputs."""
+    """``tools/convert/checkpoint.py``: the converted file records its origin's options and
+    loads with the same outputs."""
     registers, swiglu, hf, path = hf_dinov2
-    out_path = tmp_path / 'dinov2.pth'
-    assert run(convert_any, 'checkpoint', [str(path), str(out_path)]) == 0
-    meta = torch.load(out_path, weights_only=True)['meta']
+    meta = converted_with_the_command(path, tmp_path / 'dinov2.pth')
     assert meta['densevit_options']['interpolate_mode'] == ('bicubic_antialias' if registers
                                                             else 'bicubic')
-    ours = _ours(registers, swiglu, init_cfg=dict(type='Pretrained', checkpoint=str(out_path)))
-    ours.init_weights()
-    ours.eval()
-    x = torch.randn(1, 3, 70, 84)
-    with torch.no_grad():
-        assert _max_diff(ours.forward_visible(x), hf(pixel_values=x).last_hidden_state) < 1e-4
-    assert not [m for lvl, m in log_lines if lvl >= logging.WARNING]
+    assert_loads_like_hf(functools.partial(_ours, registers, swiglu), tmp_path / 'dinov2.pth',
+                         hf, (70, 84), log_lines)
 
 
 def test_the_other_resize_mode_is_named_in_one_warning(log_lines):
@@ -154,7 +123,7 @@ def test_the_other_resize_mode_is_named_in_one_warning(log_lines):
     load_into(ours, convert_vit(hf.state_dict()), 'reg.safetensors',
               origin='Hugging Face DINOv2 with registers',
               options=dict(interpolate_mode='bicubic_antialias'))
-    (line,) = [m for lvl, m in log_lines if lvl == logging.WARNING]
+    (line,) = warning_lines(log_lines)
     assert ('was built with interpolate_mode=bicubic_antialias; this model keeps '
             'interpolate_mode=bicubic') in line
 

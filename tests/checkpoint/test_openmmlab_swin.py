@@ -1,6 +1,6 @@
 """MMSegmentation Swin checkpoints load into densevit's SwinTransformer and give mmseg's maps.
 
-Fixtures (tools/dev/openmmlab_fixtures/make_swin.py, MMSegmentation 1.2.2):
+Fixtures (tools/dev/openmmlab_fixtures/make_upernet.py, make_swin.py, MMSegmentation 1.2.2):
 
 - ``mmseg_upernet_swin.pth``: a randomised tiny UPerNet + Swin saved as mmengine saves it;
   its backbone is read with ``init_cfg=dict(type='Pretrained', prefix='backbone.')``.
@@ -8,7 +8,9 @@ Fixtures (tools/dev/openmmlab_fixtures/make_swin.py, MMSegmentation 1.2.2):
   put through mmseg's swin2mmseg.py); the reference is mmseg's Swin loading it itself.
 
 ``*_io.pth`` hold the inputs (a padded batch of two sizes; 29x29 and 56x56 images: maps
-smaller than and equal to the 7x7 window) and mmseg's backbone maps on them.
+smaller than and equal to the 7x7 window) and mmseg's backbone maps on them (the UperNet
+file's also its heads' outputs: tests/checkpoint/test_openmmlab_upernet.py, fixture made by
+make_upernet.py).
 """
 import logging
 from pathlib import Path
@@ -49,8 +51,10 @@ def _model(name, **kwargs):
 def _max_diff(model, io):
     diffs = {}
     with torch.no_grad():
-        for key, x in io['inputs'].items():
-            outs, refs = model(x), io['outputs'][key]
+        for key, refs in io['outputs'].items():
+            if isinstance(refs, dict):  # the UperNet file's outputs: the heads' too
+                refs = refs['backbone']
+            outs = model(io['inputs'][key])
             assert len(outs) == len(refs)
             for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
                 assert o.shape == r.shape, (key, i)
@@ -150,14 +154,20 @@ def test_whole_model_file_without_prefix_says_how():
 
 
 def test_an_mmseg_swin_under_backbone_prefix_converts(tmp_path, log_lines):
-    """A segmentor file whose heads densevit does not have (UperNet), or an mmpretrain
-    classifier, holds its Swin under ``backbone.``: the converter takes the backbone
-    (it used to refuse: "the keys match no known whole-model or backbone layout")."""
+    """A file holding an mmseg Swin under ``backbone.`` beside heads densevit does not have
+    (here an mmpretrain-style classifier: the UperNet file's backbone and a ``head.fc``):
+    the converter takes the backbone (it used to refuse: "the keys match no known
+    whole-model or backbone layout"). The UperNet file itself converts whole
+    (tests/checkpoint/test_openmmlab_upernet.py)."""
     from tiny_run import load_tool
-    out = tmp_path / 'swin.pth'
-    assert load_tool('tools/convert/checkpoint.py').main(
-        [str(FIXTURES / 'mmseg_upernet_swin.pth'), str(out)]) == 0
-    assert any("converted the backbone under 'backbone.'" in m for _, m in log_lines)
+    sd = select_prefix(read_checkpoint(FIXTURES / 'mmseg_upernet_swin.pth'), 'backbone.')
+    classifier = {f'backbone.{k}': v for k, v in sd.items()}
+    classifier.update({'head.fc.weight': torch.zeros(3, 32), 'head.fc.bias': torch.zeros(3)})
+    src, out = tmp_path / 'classifier.pth', tmp_path / 'swin.pth'
+    torch.save({'state_dict': classifier}, src)
+    assert load_tool('tools/convert/checkpoint.py').main([str(src), str(out)]) == 0
+    assert any("converted the backbone under 'backbone.'" in m and 'head.fc.weight' in m
+               for _, m in log_lines)
     saved = torch.load(out, weights_only=True)
     assert saved['meta'] == {'densevit_origin': 'MMSegmentation Swin',
                              'densevit_options': {'always_shift': True}}

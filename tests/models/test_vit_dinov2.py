@@ -136,8 +136,8 @@ def test_swiglu_by_hand():
     torch.testing.assert_close(ffn(x), expected)
     vit = VisionTransformer(arch=TINY, img_size=32, patch_size=8, ffn_type='swiglu')
     assert isinstance(vit.blocks[1].mlp, SwiGLU)
-    with pytest.raises(ValueError, match="Unknown ffn_type 'geglu'"):
-        VisionTransformer(arch=TINY, img_size=32, patch_size=8, ffn_type='geglu')
+    with pytest.raises(ValueError, match="Unknown ffn_type 'reglu'"):
+        VisionTransformer(arch=TINY, img_size=32, patch_size=8, ffn_type='reglu')
 
 
 def test_patch_14_at_518_and_inputs_that_do_not_tile():

@@ -7,16 +7,13 @@
 # code a mix: MixVisionTransformer.layer_norm_eps); a checkpoint never changes it, and one
 # WARNING line names a file whose origin used another. The final config sets num_classes,
 # the preprocessor's size and the pretrained weights.
-norm_cfg = dict(type='SyncBN', requires_grad=True)  # plain BN on one process
+# Preprocessor and whole-image test: seg_encoder_decoder.py.
+_base_ = ['./seg_encoder_decoder.py']
+
 model = dict(
-    type='EncoderDecoder',
-    data_preprocessor=dict(
-        type='SegDataPreprocessor', mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-        bgr_to_rgb=True, pad_val=0, seg_pad_val=255),
     backbone=dict(type='MixVisionTransformer', arch='b0', drop_path_rate=0.1, layer_norm_eps=1e-6),
     decode_head=dict(
         type='SegformerHead', proj_type='conv_norm_act', in_channels=[32, 64, 160, 256],
-        in_index=[0, 1, 2, 3], channels=256, dropout_ratio=0.1, num_classes=19, norm_cfg=norm_cfg, align_corners=False,
-        loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0)),
-    train_cfg=dict(),
-    test_cfg=dict(mode='whole'))
+        in_index=[0, 1, 2, 3], channels=256, dropout_ratio=0.1, num_classes=19,
+        norm_cfg=_base_.norm_cfg, align_corners=False,
+        loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0)))

@@ -1,9 +1,11 @@
 """Plain Vision Transformer backbone (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words").
 
 Also the paper's hybrid (Sec. 3.1): a CNN stem's feature map is cut into
-patches (usually of size 1) instead of the image; and DINOv2's ViT (Oquab et al. 2024):
+patches (usually of size 1) instead of the image; DINOv2's ViT (Oquab et al. 2024):
 register tokens (Darcet et al. 2024), LayerScale (Touvron et al. 2021, CaiT), a SwiGLU
-feed-forward layer (Shazeer 2020), patch size 14.
+feed-forward layer (Shazeer 2020), patch size 14; and DINOv3's (Simeoni et al. 2025): the
+same with 2-D RoPE instead of a position table, no key bias, and in some sizes SwiGLU of a
+given hidden width.
 """
 import math
 from collections.abc import Sequence
@@ -17,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from densevit.checkpoint.pretrained import loads_pretrained, split_pretrained
 from densevit.checkpoint.vit import check_vit_size, checkpoint_grid, convert_vit
+from densevit.models.layers.attention import qkv_bias_parts
 from densevit.models.layers.patch_embed import PatchEmbed
 from densevit.models.layers.pos_embed import LearnedPositionEmbedding
 from densevit.models.layers.pos_embed_builder import (
@@ -124,7 +127,10 @@ class VisionTransformer(BaseModule):
         attn_drop_rate (float): dropout on attention weights.
         drop_path_rate (float): stochastic depth, rising linearly from 0 at the
             first layer to this value at the last.
-        qkv_bias (bool): bias on the qkv projection.
+        qkv_bias (bool | tuple[bool, bool, bool]): bias on the qkv projection, or one
+            flag per q, k, v: DINOv3 ``(True, False, True)``, no key bias (the absent bias
+            is zero and never learned; the others are ``blocks.N.attn.q_bias`` /
+            ``v_bias``).
         layer_norm_eps (float): epsilon of every LayerNorm (blocks and final norm):
             1e-6 as timm and MMSegmentation; Hugging Face ViT uses 1e-12. A loaded
             checkpoint never changes it: where the file's origin used another value,
@@ -171,6 +177,11 @@ class VisionTransformer(BaseModule):
             to a multiple of 8, :func:`~densevit.models.layers.swiglu.swiglu_hidden_dims`;
             ViT-g: ``embed_dims=1536, num_layers=40, num_heads=24,
             feedforward_channels=6144`` -> 4096).
+            ``'geglu'``: the same gated layer with GELU for SiLU (Shazeer 2020's GEGLU).
+        glu_hidden (str): the hidden width of a gated ``ffn_type``: ``'two_thirds'`` (the
+            rule above, DINOv2's) or ``'full'``, ``feedforward_channels`` itself (Hugging
+            Face DINOv3's ``intermediate_size``: ViT-H+ ``embed_dims=1280,
+            feedforward_channels=5120``).
         norm_every_output (bool): apply the final LayerNorm to every returned layer's
             output, not only the last layer's (DINOv2's ``get_intermediate_layers(norm=
             True)``, Hugging Face ``Dinov2Backbone`` with ``apply_layernorm``); needs
@@ -197,7 +208,8 @@ class VisionTransformer(BaseModule):
                  interpolate_mode='bicubic', pos_embed=DEFAULT,
                  stem=None, pos_grid=None, pad_to_patch=False, frozen_stages=-1, with_cp=False,
                  num_register_tokens=0, layer_scale_init_value=None, ffn_type='mlp',
-                 norm_every_output=False, crop_to_patch=False, init_cfg=None):
+                 norm_every_output=False, crop_to_patch=False, glu_hidden='two_thirds',
+                 init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         pos_embed = resolve_default(pos_embed, dict(type='learned_1d', placement='stem'))
         if pad_to_patch and crop_to_patch:
@@ -213,6 +225,7 @@ class VisionTransformer(BaseModule):
         self.crop_to_patch = crop_to_patch
         self.norm_every_output = norm_every_output
         self.interpolate_mode = interpolate_mode  # compared with a checkpoint origin's
+        self.qkv_bias = qkv_bias_parts(qkv_bias)  # (q, k, v); compared with a checkpoint's
         setting = _arch_setting(arch)
         self.embed_dims = D = setting['embed_dims']
         self.num_layers = setting['num_layers']
@@ -260,7 +273,7 @@ class VisionTransformer(BaseModule):
                                     drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
                                     drop_path_rate=dpr[i], qkv_bias=qkv_bias, norm_eps=eps,
                                     layer_scale_init_value=layer_scale_init_value,
-                                    ffn_type=ffn_type)
+                                    ffn_type=ffn_type, glu_hidden=glu_hidden)
             for i in range(self.num_layers))
         self.norm = nn.LayerNorm(D, eps=eps) if final_norm else None
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+from mmcv.cnn import ConvModule
 from mmengine.model import BaseModule
 from torch import nn
 
@@ -119,6 +120,12 @@ class DecodeHead(BaseModule):
         if isinstance(self.in_index, list):
             return [inputs[i] for i in self.in_index]
         return inputs[self.in_index]
+
+    def conv_module(self, in_channels, out_channels, kernel_size, **kwargs):
+        """A ``ConvModule`` (conv, then this head's ``norm_cfg`` and ``act_cfg``); ``padding``,
+        ``dilation`` ... in ``kwargs``."""
+        return ConvModule(in_channels, out_channels, kernel_size, norm_cfg=self.norm_cfg,
+                          act_cfg=self.act_cfg, **kwargs)
 
     def cls_seg(self, feat):
         """[B, channels, h, w] -> logits [B, K, h, w]."""

@@ -12,6 +12,17 @@ from torch import nn
 # detection sizes); at N ~ 200 the copy costs more than it saves.
 CONTIGUOUS_QKV_MIN_TOKENS = 512
 
+# a mixed qkv_bias: the per-part biases, in the fused projection's order
+QKV_BIAS_NAMES = ('q_bias', 'k_bias', 'v_bias')
+
+
+def qkv_bias_parts(qkv_bias):
+    """``qkv_bias`` (a bool, or one per q, k, v) -> (q, k, v) bools."""
+    parts = (qkv_bias,) * 3 if isinstance(qkv_bias, bool) else tuple(qkv_bias)
+    if len(parts) != 3 or not all(isinstance(p, bool) for p in parts):
+        raise ValueError(f'qkv_bias must be a bool or three bools (q, k, v), got {qkv_bias!r}')
+    return parts
+
 
 def attention_weights(q, k, attn_mask=None):
     """softmax(q kᵀ / sqrt(d) + mask): the weights SDPA uses but never returns.
@@ -43,7 +54,11 @@ class MultiheadAttention(nn.Module):
     Args:
         embed_dims (int): token width D (split into ``num_heads`` heads of D/h).
         num_heads (int): number of heads h.
-        qkv_bias (bool): bias on the qkv projection.
+        qkv_bias (bool | tuple[bool, bool, bool]): bias on the qkv projection, or per
+            part (q, k, v): DINOv3's checkpoints have ``(True, False, True)``, no key
+            bias. Mixed, the fused ``qkv`` has no bias: those present are parameters
+            ``q_bias`` / ``k_bias`` / ``v_bias`` [D], an absent one a zero buffer outside
+            the state dict, never learned.
         attn_drop (float): dropout on attention weights (training only).
         proj_drop (float): dropout after the output projection.
 
@@ -63,7 +78,15 @@ class MultiheadAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
         self.attn_drop = attn_drop
-        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        parts = qkv_bias_parts(qkv_bias)
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=all(parts))
+        self.split_bias = any(parts) and not all(parts)
+        if self.split_bias:
+            for name, learned in zip(QKV_BIAS_NAMES, parts, strict=True):
+                if learned:
+                    setattr(self, name, nn.Parameter(torch.zeros(embed_dims)))
+                else:
+                    self.register_buffer(name, torch.zeros(embed_dims), persistent=False)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
         self.record = None
@@ -84,8 +107,13 @@ class MultiheadAttention(nn.Module):
             [B, N, D].
         """
         B, N, D = x.shape
+        if self.split_bias:
+            bias = torch.cat([getattr(self, name) for name in QKV_BIAS_NAMES])
+            qkv = F.linear(x, self.qkv.weight, bias)
+        else:
+            qkv = self.qkv(x)
         # [B, N, 3D] -> [3, B, h, N, D/h]
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
+        qkv = qkv.reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
         if N >= CONTIGUOUS_QKV_MIN_TOKENS and qkv.device.type == 'cpu':
             qkv = qkv.contiguous()
         q, k, v = qkv.unbind(0)

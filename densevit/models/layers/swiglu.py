@@ -1,7 +1,10 @@
-"""SwiGLU feed-forward layer (Shazeer 2020, "GLU Variants Improve Transformer"), as DINOv2's
-ViT-g uses it."""
+"""Gated feed-forward layers (Shazeer 2020, "GLU Variants Improve Transformer"): SwiGLU, as
+DINOv2's ViT-g and DINOv3's ViT-S+ / H+ / 7B use it, and GEGLU."""
 import torch.nn.functional as F
 from torch import nn
+
+#: how the hidden width H follows from the feed-forward width F of the MLP it replaces
+GLU_HIDDEN = ('two_thirds', 'full')
 
 
 def swiglu_hidden_dims(feedforward_channels):
@@ -16,20 +19,30 @@ class SwiGLU(nn.Module):
 
     Args:
         embed_dims (int): D.
-        feedforward_channels (int): F of the MLP it replaces; the hidden width H is
-            :func:`swiglu_hidden_dims` (F).
+        feedforward_channels (int): F.
         drop (float): dropout after the gating and after ``fc2``.
+        hidden (str): the hidden width H: ``'two_thirds'``, :func:`swiglu_hidden_dims`
+            (F) (Shazeer's parameter-matched width; DINOv2, and DINOv3's own code, which
+            rounds the same way); ``'full'``, F itself (Hugging Face DINOv3's
+            ``intermediate_size``, which stores that width already reduced).
 
     Parameters:
-        fc1: Linear(D, 2H), rows [gate; up] (DINOv2's ``w12``, HF's file ``weights_in``).
-        fc2: Linear(H, D) (DINOv2's ``w3``, HF's ``weights_out``).
+        fc1: Linear(D, 2H), rows [gate; up] (DINOv2's ``w12``, HF's file ``weights_in``;
+            HF DINOv3's ``gate_proj``, ``up_proj``).
+        fc2: Linear(H, D) (DINOv2's ``w3``, HF's ``weights_out``, HF DINOv3's ``down_proj``).
 
     Shapes: [..., D] -> [..., D].
     """
 
-    def __init__(self, embed_dims, feedforward_channels, drop=0.):
+    act = staticmethod(F.silu)
+
+    def __init__(self, embed_dims, feedforward_channels, drop=0., hidden='two_thirds'):
         super().__init__()
-        hidden = swiglu_hidden_dims(feedforward_channels)
+        if hidden not in GLU_HIDDEN:
+            raise ValueError(f'Unknown gated feed-forward hidden width rule {hidden!r}; '
+                             f'choose from {GLU_HIDDEN}')
+        hidden = (swiglu_hidden_dims(feedforward_channels) if hidden == 'two_thirds'
+                  else feedforward_channels)
         self.fc1 = nn.Linear(embed_dims, 2 * hidden)
         self.drop1 = nn.Dropout(drop)
         self.fc2 = nn.Linear(hidden, embed_dims)
@@ -37,4 +50,11 @@ class SwiGLU(nn.Module):
 
     def forward(self, x):
         gate, up = self.fc1(x).chunk(2, dim=-1)  # [..., H] each
-        return self.drop2(self.fc2(self.drop1(F.silu(gate) * up)))
+        return self.drop2(self.fc2(self.drop1(self.act(gate) * up)))
+
+
+class GEGLU(SwiGLU):
+    """``fc2(GELU(x W_gate) * (x W_up))`` (exact GELU): :class:`SwiGLU` with GELU as the
+    gate's activation (Hugging Face DINOv3's gated MLP with ``hidden_act='gelu'``)."""
+
+    act = staticmethod(F.gelu)

@@ -5,9 +5,9 @@ from torch import nn
 
 from .attention import MultiheadAttention
 from .layer_scale import LayerScale
-from .swiglu import SwiGLU
+from .swiglu import GEGLU, SwiGLU
 
-FFN_TYPES = ('mlp', 'swiglu')
+FFN_TYPES = {'mlp': None, 'swiglu': SwiGLU, 'geglu': GEGLU}  # None: Mlp, below
 
 
 class Mlp(nn.Module):
@@ -46,23 +46,27 @@ class TransformerEncoderLayer(nn.Module):
         drop_rate (float): dropout after the attention projection and in the MLP.
         attn_drop_rate (float): dropout on attention weights.
         drop_path_rate (float): stochastic depth of both residual branches.
-        qkv_bias (bool): bias on the qkv projection.
+        qkv_bias (bool | tuple[bool, bool, bool]): bias on the qkv projection, or on
+            each of q, k, v (:class:`~.attention.MultiheadAttention`).
         norm_eps (float): LayerNorm epsilon (1e-6 as in the JAX/timm ViT).
         layer_scale_init_value (float, optional): LayerScale (CaiT) on both residual
             branches, ``gamma`` starting at this value (``ls1``, ``ls2``); None or 0: none.
-        ffn_type (str): 'mlp' (:class:`Mlp`) or 'swiglu' (:class:`~.swiglu.SwiGLU`, its
-            hidden width derived from ``feedforward_channels``); both name their
-            layers ``mlp.fc1`` / ``mlp.fc2``.
+        ffn_type (str): 'mlp' (:class:`Mlp`), 'swiglu' (:class:`~.swiglu.SwiGLU`) or
+            'geglu' (:class:`~.swiglu.GEGLU`); all name their layers ``mlp.fc1`` /
+            ``mlp.fc2``.
+        glu_hidden (str): a gated layer's hidden width from ``feedforward_channels``:
+            'two_thirds' (DINOv2's rule) or 'full' (see :class:`~.swiglu.SwiGLU`).
 
     Shapes: x [B, N, D] -> [B, N, D].
     """
 
     def __init__(self, embed_dims, num_heads, feedforward_channels=None, mlp_ratio=4.,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0., qkv_bias=True,
-                 norm_eps=1e-6, layer_scale_init_value=None, ffn_type='mlp'):
+                 norm_eps=1e-6, layer_scale_init_value=None, ffn_type='mlp',
+                 glu_hidden='two_thirds'):
         super().__init__()
         if ffn_type not in FFN_TYPES:
-            raise ValueError(f'Unknown ffn_type {ffn_type!r}; choose from {FFN_TYPES}')
+            raise ValueError(f'Unknown ffn_type {ffn_type!r}; choose from {tuple(FFN_TYPES)}')
         if feedforward_channels is None:
             feedforward_channels = int(embed_dims * mlp_ratio)
         self.norm1 = nn.LayerNorm(embed_dims, eps=norm_eps)
@@ -71,8 +75,9 @@ class TransformerEncoderLayer(nn.Module):
         scale = layer_scale_init_value
         self.ls1 = LayerScale(embed_dims, scale) if scale else nn.Identity()
         self.norm2 = nn.LayerNorm(embed_dims, eps=norm_eps)
-        ffn = SwiGLU if ffn_type == 'swiglu' else Mlp
-        self.mlp = ffn(embed_dims, feedforward_channels, drop=drop_rate)
+        gated = FFN_TYPES[ffn_type]
+        self.mlp = (Mlp(embed_dims, feedforward_channels, drop=drop_rate) if gated is None else
+                    gated(embed_dims, feedforward_channels, drop=drop_rate, hidden=glu_hidden))
         self.ls2 = LayerScale(embed_dims, scale) if scale else nn.Identity()
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 

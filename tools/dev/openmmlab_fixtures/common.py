@@ -105,6 +105,41 @@ def save_io(name, inputs, outputs, about):
     return path
 
 
+def seg_samples(x, img_shapes, ori_shapes, labels=None):
+    """mmseg ``SegDataSample``s of a zero-padded batch ``x`` [B, 3, H, W], as its test
+    pipeline and data preprocessor leave them: ``img_shape`` (each image's own size, at the
+    top left), ``pad_shape`` (the batch's), ``padding_size`` (left, right, top, bottom),
+    ``ori_shape``; with ``labels`` [B, H, W] also ``gt_sem_seg`` (for ``model.loss``)."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    H, W = x.shape[-2:]
+    samples = []
+    for i, ((h, w), ori) in enumerate(zip(img_shapes.tolist(), ori_shapes.tolist(),
+                                          strict=True)):
+        sample = SegDataSample(metainfo=dict(
+            img_shape=(h, w), ori_shape=tuple(ori), pad_shape=(H, W),
+            padding_size=[0, W - w, 0, H - h]))
+        if labels is not None:
+            sample.gt_sem_seg = PixelData(data=labels[i][None])
+        samples.append(sample)
+    return samples
+
+
+@torch.no_grad()
+def seg_outputs(model, x, samples):
+    """An mmseg segmentor's outputs on ``x`` (eval mode): ``backbone`` maps, ``decode``
+    logits, ``aux`` logits of a single auxiliary head (when it has one), and ``predict``'s
+    per-image ``seg_logits`` / ``pred_sem_seg`` for ``samples`` (:func:`seg_samples`)."""
+    feats = model.backbone(x)
+    preds = model.predict(x, samples)
+    out = dict(backbone=list(feats), decode=model.decode_head(feats),
+               seg_logits=[p.seg_logits.data for p in preds],
+               pred_sem_seg=[p.pred_sem_seg.data for p in preds])
+    if model.with_auxiliary_head:
+        out['aux'] = model.auxiliary_head(feats)
+    return out
+
+
 def versions():
     """The reference environment's versions, for the ``about`` text."""
     import mmcv

@@ -20,7 +20,15 @@ Run from the repository root with the reference environment:
 import copy
 
 import torch
-from common import build, import_openmmlab, save_io, save_like_mmengine, versions
+from common import (
+    build,
+    import_openmmlab,
+    save_io,
+    save_like_mmengine,
+    seg_outputs,
+    seg_samples,
+    versions,
+)
 
 from densevit.utils.random_init import randomize_
 
@@ -49,26 +57,6 @@ def inputs():
                 other=torch.randn(1, 3, 45, 37, generator=g))
 
 
-def metas(x, img_shapes, ori_shapes):
-    from mmseg.structures import SegDataSample
-    H, W = x.shape[-2:]
-    samples = []
-    for (h, w), ori in zip(img_shapes.tolist(), ori_shapes.tolist(), strict=True):
-        samples.append(SegDataSample(metainfo=dict(
-            img_shape=(h, w), ori_shape=tuple(ori), pad_shape=(H, W),
-            padding_size=[0, W - w, 0, H - h])))
-    return samples
-
-
-@torch.no_grad()
-def outputs(model, x, samples):
-    feats = model.backbone(x)
-    preds = model.predict(x, samples)
-    return dict(backbone=list(feats), decode=model.decode_head(feats),
-                seg_logits=[p.seg_logits.data for p in preds],
-                pred_sem_seg=[p.pred_sem_seg.data for p in preds])
-
-
 def main():
     import_openmmlab()
     from mmengine.config import ConfigDict
@@ -77,9 +65,10 @@ def main():
                        dataset_meta=dict(classes=tuple(f'c{i}' for i in range(K))))
     x = inputs()
     other_shape = torch.tensor([list(x['other'].shape[-2:])])
-    out = dict(batch=outputs(model, x['batch'], metas(x['batch'], x['batch_img_shapes'],
-                                                       x['batch_ori_shapes'])),
-               other=outputs(model, x['other'], metas(x['other'], other_shape, other_shape)))
+    batch = seg_samples(x['batch'], x['batch_img_shapes'], x['batch_ori_shapes'])
+    other = seg_samples(x['other'], other_shape, other_shape)
+    out = dict(batch=seg_outputs(model, x['batch'], batch),
+               other=seg_outputs(model, x['other'], other))
     save_io(NAME, x, out, f'{NAME}: mmseg EncoderDecoder(MixVisionTransformer, SegformerHead) '
             f'(eval): backbone maps, decode logits, predict seg_logits / pred_sem_seg on a padded '
             f'batch and a 45x37 image; {versions()}')

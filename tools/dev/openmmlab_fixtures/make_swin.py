@@ -1,14 +1,13 @@
-"""MMSegmentation Swin fixtures: the backbone of a whole UPerNet file, and an ImageNet file.
+"""MMSegmentation Swin fixture: an ImageNet file as MMSegmentation publishes them.
 
-- ``mmseg_upernet_swin``: a tiny ``EncoderDecoder`` (``SwinTransformer`` + ``UPerHead`` +
-  ``FCNHead``, as configs/_base_/models/upernet_swin.py) randomised and saved as mmengine
-  saves it; densevit reads its ``backbone.*`` through ``init_cfg`` with ``prefix='backbone.'``.
-- ``mmseg_swin_imagenet``: an ImageNet file as MMSegmentation publishes them
-  (``swin_tiny_patch4_window7_224_20220317-*.pth``): random tensors under the official
-  repository's names and shapes, put through mmseg's own
-  ``tools/model_converters/swin2mmseg.py`` and saved as that script saves (a bare
+- ``mmseg_swin_imagenet``: ``swin_tiny_patch4_window7_224_20220317-*.pth`` in small:
+  random tensors under the official repository's names and shapes, put through mmseg's
+  own ``tools/model_converters/swin2mmseg.py`` and saved as that script saves (a bare
   state dict). The reference is mmseg's ``SwinTransformer`` loading it with its own
   ``init_cfg=dict(type='Pretrained', checkpoint=...)``.
+
+The whole UperNet + Swin file, whose backbone the Swin tests also read, is made by
+``make_upernet.py`` from this script's Swin settings and inputs.
 
 Outputs: the backbone's maps (mmseg's own forward, eval mode) on a padded batch (two images
 of different sizes padded bottom / right by mmseg's ``stack_batch``) and on single images
@@ -18,9 +17,7 @@ import importlib.util
 from pathlib import Path
 
 import torch
-from common import FIXTURES, build, import_openmmlab, save_io, save_like_mmengine, versions
-
-from densevit.utils.random_init import randomize_
+from common import FIXTURES, import_openmmlab, save_io, versions
 
 WINDOW = 7
 # maps 8x8 then 4x4 (smaller than the window), 14x14 then 7x7 (the window: 224-like)
@@ -47,33 +44,6 @@ def inputs():
 def backbone_maps(backbone, xs):
     with torch.no_grad():
         return {name: list(backbone(x)) for name, x in xs.items()}
-
-
-def make_whole_model(xs):
-    cfg = dict(
-        type='EncoderDecoder',
-        data_preprocessor=dict(type='SegDataPreProcessor', mean=[123.675, 116.28, 103.53],
-                               std=[58.395, 57.12, 57.375], bgr_to_rgb=True, pad_val=0,
-                               seg_pad_val=255, size=(64, 64)),
-        backbone=swin_cfg(16, (2, 2), (1, 2), 2),
-        decode_head=dict(type='UPerHead', in_channels=[16, 32], in_index=[0, 1],
-                         pool_scales=(1, 2, 3, 6), channels=8, dropout_ratio=0.1,
-                         num_classes=5, norm_cfg=dict(type='BN', requires_grad=True),
-                         align_corners=False,
-                         loss_decode=dict(type='CrossEntropyLoss', loss_weight=1.0)),
-        auxiliary_head=dict(type='FCNHead', in_channels=16, in_index=0, channels=8,
-                            num_convs=1, concat_input=False, dropout_ratio=0.1,
-                            num_classes=5, norm_cfg=dict(type='BN', requires_grad=True),
-                            align_corners=False,
-                            loss_decode=dict(type='CrossEntropyLoss', loss_weight=0.4)),
-        train_cfg=dict(), test_cfg=dict(mode='whole'))
-    model = randomize_(build('mmseg', cfg), seed=0)
-    name = 'mmseg_upernet_swin'
-    save_like_mmengine(model, name, cfg, 'mmseg',
-                       dataset_meta=dict(classes=[f'c{i}' for i in range(5)]))
-    save_io(name, xs, backbone_maps(model.backbone, xs),
-            f'mmseg UPerNet + Swin (embed 16, depths 2/2, heads 1/2, window {WINDOW}, '
-            f'mlp_ratio 2), randomised; outputs: model.backbone(x) maps per input; {versions()}')
 
 
 def official_imagenet_state_dict(embed_dims, depths, num_heads, mlp_ratio, img_size=56,
@@ -151,9 +121,7 @@ def make_imagenet(xs):
 
 def main():
     import_openmmlab()
-    xs = inputs()
-    make_whole_model(xs)
-    make_imagenet(xs)
+    make_imagenet(inputs())
 
 
 if __name__ == '__main__':
