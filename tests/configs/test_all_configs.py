@@ -20,6 +20,7 @@ ALL = sorted(p for p in CONFIGS.rglob('*.py') if '_base_' not in p.relative_to(C
 SEGFORMER = sorted((CONFIGS / 'segformer').glob('segformer_mit-*.py'))
 SETR = sorted((CONFIGS / 'setr').glob('*.py'))
 UPERNET = sorted((CONFIGS / 'upernet').glob('*.py'))
+DINOV2 = sorted((CONFIGS / 'dinov2').glob('*.py'))
 SEG_QUICKSTART = CONFIGS / 'quickstart' / 'segformer_shapes.py'
 SEG_TRIALS = sorted((CONFIGS / 'studies' / 'seg_trials').glob('*.py'))
 # the segmentation twin of the DETR-ViT quickstart and its position-embedding study
@@ -327,8 +328,38 @@ def test_upernet_recipe():
     assert decay['decode_head.fpn_bottleneck.conv.weight'] == 0.01
 
 
-@pytest.mark.parametrize('path', SEGFORMER + SETR + UPERNET + [SEG_QUICKSTART] + SEG_TRIALS
-                         + VIT_SEG,
+def test_dinov2_upernet_recipe():
+    """DINOv2 ViT-B/14 at its own 37 x 37 grid (518 crops), loaded from HF's file, through a
+    simple feature pyramid into UperNet; layer-wise lr decay with no weight decay on the
+    class token, position table and LayerScale gammas; no number claimed."""
+    path = CONFIGS / 'dinov2' / 'dinov2_vit-b14_upernet_518x518_ade20k.py'
+    assert DINOV2 == [path]
+    cfg = load(path)
+    model = cfg.model
+    b = model.backbone
+    assert (b.type, b.arch, b.patch_size, b.img_size, b.layer_scale_init_value) == (
+        'VisionTransformer', 'B', 14, 518, 1.0)
+    assert b.init_cfg.checkpoint == 'checkpoints/dinov2-base/model.safetensors'
+    assert model.neck.in_stride == 14 and model.data_preprocessor.size == (518, 518)
+    assert model.data_preprocessor.mean == [123.675, 116.28, 103.53]  # ImageNet's, as DINOv2
+    assert model.decode_head.num_classes == model.auxiliary_head.num_classes == 150
+    assert 'nothing measured here' in path.read_text().split('\n_base_')[0]
+    built = build_model(model, device='meta')
+    assert built.backbone.grid_hw == (37, 37)
+    with DefaultScope.overwrite_default_scope('densevit'):
+        wrapper = build_optim_wrapper(built, cfg.optim_wrapper)
+    names = {id(p): n for n, p in built.named_parameters()}
+    groups = {names[id(p)]: (g['lr'], g['weight_decay']) for g in wrapper.optimizer.param_groups
+              for p in g['params']}
+    lr = cfg.optim_wrapper.optimizer.lr
+    assert groups['backbone.cls_token'] == (pytest.approx(lr * 0.9 ** 13), 0.0)
+    assert groups['backbone.blocks.11.ls2.gamma'] == (pytest.approx(lr * 0.9), 0.0)
+    assert groups['backbone.blocks.0.attn.qkv.weight'] == (pytest.approx(lr * 0.9 ** 12), 0.01)
+    assert groups['decode_head.fpn_bottleneck.conv.weight'] == (pytest.approx(lr), 0.01)
+
+
+@pytest.mark.parametrize('path', SEGFORMER + SETR + UPERNET + DINOV2 + [SEG_QUICKSTART]
+                         + SEG_TRIALS + VIT_SEG,
                          ids=lambda p: p.stem)
 def test_seg_model_runs_on_meta_and_wires_up(path):
     cfg = load(path)
