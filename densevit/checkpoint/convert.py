@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 from mmengine.logging import print_log
 
-from .layout import UnknownLayoutError, convert_state_dict
+from .layout import PartialLayoutError, UnknownLayoutError, convert_state_dict
 from .vit import DENSEVIT_MODEL, densevit_model_layout
 
 # modules of this package with model_layouts(state_dict)
@@ -74,6 +74,8 @@ _BACKBONES = (('vit', 'convert_vit'), ('swin', 'convert_swin'), ('mit', 'convert
 
 def convert_any(state_dict, strict=True, logger='current'):
     """A whole model (:func:`convert_model`) or, when no whole-model layout fits, a backbone.
+    A backbone also wins where a whole-model layout explains the keys in part and a backbone
+    layout explains them all.
 
     Raises:
         UnknownLayoutError: neither (the message lists the first keys and, for keys
@@ -81,9 +83,19 @@ def convert_any(state_dict, strict=True, logger='current'):
         ValueError: a densevit detector / segmentor, which needs no conversion.
     """
     try:
-        return convert_model(state_dict, strict=strict, logger=logger)
+        return convert_model(state_dict, strict=True, logger=logger)
     except UnknownLayoutError:
         pass
+    except PartialLayoutError:
+        # keys named in part as a whole model's (HF DETR's encoder layers are named as CLIP's
+        # image tower's): a backbone layout that explains every key is the file's; else the
+        # whole model's, partly (strict: the error)
+        backbone = _explained_backbone(state_dict)
+        if backbone is not None:
+            return backbone
+        if strict:
+            raise
+        return convert_model(state_dict, strict=False, logger=logger)
     if densevit_model_layout(state_dict) is DENSEVIT_MODEL:
         raise ValueError('the keys are a densevit detector / segmentor\'s own: it needs no '
                          'conversion (tools/test.py, init_model and load_from take it as it is; '
@@ -104,6 +116,14 @@ def convert_any(state_dict, strict=True, logger='current'):
         return converted
     raise UnknownLayoutError(f'the keys match no known whole-model or backbone layout; first '
                              f'keys: {list(state_dict)[:_SHOW]}')
+
+
+def _explained_backbone(state_dict):
+    """A backbone conversion of every key of ``state_dict``, or None."""
+    try:
+        return _convert_backbone(state_dict, strict=True)
+    except ValueError:  # a backbone layout that explains the keys in part only
+        return None
 
 
 def _convert_backbone(state_dict, strict):

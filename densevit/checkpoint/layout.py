@@ -53,14 +53,16 @@ class Layout:
             ``{'layer_norm_eps': 1e-12}``),
             recorded with the conversion (and in a converted file's meta) and compared
             with the backbone's attributes of the same names when loaded: a WARNING line
-            where they differ, the model unchanged.
+            where they differ, the model unchanged. Or ``fn(converted state_dict) -> dict``
+            where they depend on the keys (e.g. the resize mode of the position code the
+            file has).
     """
     name: str
     signature: str
     rules: Sequence = ()
     drop: dict = field(default_factory=dict)
     post: Callable | None = None
-    options: dict = field(default_factory=dict)
+    options: dict | Callable = field(default_factory=dict)
 
     def rename(self, key):
         """New name, None when dropped, or the key itself unchanged with matched=False."""
@@ -102,6 +104,19 @@ def hf_attention_rules(layer):
         (layer + r'(?:attention\.)?(query|key|value|q_proj|k_proj|v_proj)\.(weight|bias)',
          lambda m: f'blocks.{m[1]}.attn.qkv.{m[3]}@{QKV_PARTS[m[2]]}'),
         (layer + r'(?:output\.dense|o_proj)\.(weight|bias)', r'blocks.\1.attn.proj.\2'),
+    ]
+
+
+def hf_vit_layer_rules(layer):
+    """The rest of a Hugging Face ViT-style layer (ViT, BEiT, Data2VecVision) under ``layer``
+    (a regex ending in ``.``, its one group the layer index): the norms before and after
+    attention, and the MLP as Hub files (``intermediate.dense``, ``output.dense``) and
+    transformers-5 modules (``mlp.fc1``, ``mlp.fc2``) name it."""
+    return [
+        (layer + r'layernorm_before\.(weight|bias)', r'blocks.\1.norm1.\2'),
+        (layer + r'layernorm_after\.(weight|bias)', r'blocks.\1.norm2.\2'),
+        (layer + r'(?:intermediate\.dense|mlp\.fc1)\.(weight|bias)', r'blocks.\1.mlp.fc1.\2'),
+        (layer + r'(?:output\.dense|mlp\.fc2)\.(weight|bias)', r'blocks.\1.mlp.fc2.\2'),
     ]
 
 
@@ -230,7 +245,8 @@ def convert_state_dict(state_dict, layouts, what, strict=False, logger='current'
     if layout.post is not None:
         out = layout.post(out)
     out = Converted(out)
-    out.layout, out.options, out.partial = layout.name, dict(layout.options), len(unmatched)
+    options = layout.options(out) if callable(layout.options) else layout.options
+    out.layout, out.options, out.partial = layout.name, dict(options), len(unmatched)
     print_log(f'{what}: converting a checkpoint in the {layout.name} layout '
               f'({len(keys)} keys -> {len(out)})', logger=logger)
     for pattern, reason in layout.drop.items():

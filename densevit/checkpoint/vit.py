@@ -42,6 +42,14 @@ Layouts recognised from the keys:
 - Hugging Face DINOv3 (``DINOv3ViTModel``, ``DINOv3ViTBackbone``):
   :mod:`densevit.checkpoint.dinov3`.
 
+- Hugging Face ViTDet (``VitDetModel``, ``VitDetBackbone``): :mod:`densevit.checkpoint.vitdet`;
+  SAM's image encoder (``SamVisionModel``, ``SamModel``): :mod:`densevit.checkpoint.sam`.
+
+- Hugging Face BEiT and Data2VecVision (``BeitModel``, ``BeitBackbone``,
+  ``Data2VecVisionModel`` and the whole models nesting them): :mod:`densevit.checkpoint.beit`;
+  CLIP's image tower (``CLIPVisionModel``, a whole ``CLIPModel``):
+  :mod:`densevit.checkpoint.clip`.
+
 - densevit's own checkpoints with the ViT under ``backbone.`` (mmengine's ``state_dict``):
   ``backbone.X`` -> ``X`` by the timm rules; everything else dropped with a logged count,
   as the ``densevit MAE`` layout (a pre-training model: decoder under ``neck.`` /
@@ -96,8 +104,8 @@ import re
 
 from mmengine.logging import print_log
 
-from . import dinov2, dinov3
-from .layout import Layout, convert_state_dict, hf_vit_drop, hf_vit_rules
+from . import beit, clip, dinov2, dinov3, sam, vitdet
+from .layout import Layout, convert_state_dict, hf_vit_drop, hf_vit_layer_rules, hf_vit_rules
 from .match import CheckpointMismatchError
 
 _BLOCK_PARTS = r'(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)'
@@ -113,8 +121,13 @@ TIMM = Layout(
         (r'blocks\.(\d+)\.' + _BLOCK_PARTS + r'\.(weight|bias)', r'blocks.\1.\2.\3'),
         (r'blocks\.(\d+)\.(ls1|ls2)\.gamma', r'blocks.\1.\2.gamma'),  # LayerScale
         (r'blocks\.(\d+)\.attn\.([qkv])_bias', r'blocks.\1.attn.\2_bias'),  # per-part biases
+        # densevit's ViTDet / SAM options: decomposed relative positions, residual blocks
+        (r'blocks\.(\d+)\.attn\.(rel_pos_[hw])', r'blocks.\1.attn.\2'),
+        (r'blocks\.(\d+)\.residual\.((?:conv|norm)[123])\.(weight|bias)',
+         r'blocks.\1.residual.\2.\3'),
         (r'register_tokens', 'register_tokens'),  # densevit's own registers
         (r'norm\.(weight|bias)', r'norm.\1'),
+        (r'pre_norm\.(weight|bias)', r'pre_norm.\1'),  # densevit's own (CLIP's pre-norm)
         (r'stem\.(.+)', r'stem.\1'),  # densevit's hybrid CNN stem
     ],
     drop={
@@ -132,10 +145,7 @@ HF = Layout(
     'Hugging Face ViT', r'(^|\.)(encoder\.layer|layers)\.\d+\.(attention|layernorm_before)',
     [
         *hf_vit_rules(_HF),
-        (_HF_LAYER + r'layernorm_before\.(weight|bias)', r'blocks.\1.norm1.\2'),
-        (_HF_LAYER + r'layernorm_after\.(weight|bias)', r'blocks.\1.norm2.\2'),
-        (_HF_LAYER + r'(?:intermediate\.dense|mlp\.fc1)\.(weight|bias)', r'blocks.\1.mlp.fc1.\2'),
-        (_HF_LAYER + r'(?:output\.dense|mlp\.fc2)\.(weight|bias)', r'blocks.\1.mlp.fc2.\2'),
+        *hf_vit_layer_rules(_HF_LAYER),
     ],
     drop={
         _HF + r'pooler\..*': 'pooler (tanh layer on the class token, classification only)',
@@ -240,7 +250,9 @@ def convert_vit(state_dict, strict=False):
         state_dict (dict): timm (DeiT, AugReg, MAE fine-tuned), official MAE, HF
             (``ViTModel``, ``ViTMAEModel``, ``ViTMAEForPreTraining``, ``Dinov2Model`` /
             ``Dinov2Backbone`` with or without registers, ``DINOv3ViTModel`` /
-            ``DINOv3ViTBackbone``) or MMSegmentation ViT tensors, densevit's own ViT, or a
+            ``DINOv3ViTBackbone``, ``VitDetModel`` / ``VitDetBackbone``, ``SamVisionModel`` /
+            ``SamModel``, BEiT / Data2VecVision, CLIP's image tower) or MMSegmentation ViT
+            tensors, densevit's own ViT, or a
             densevit MAE / detector / segmentor checkpoint (its ``backbone.*``).
         strict (bool): raise on keys no rule explains (else kept, and reported
             as unexpected when loaded).
@@ -254,7 +266,9 @@ def convert_vit(state_dict, strict=False):
     ours = densevit_model_layout(state_dict)
     layouts = [ours] if ours is not None else []
     out = convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF,
-                                          *dinov2.LAYOUTS, *dinov3.LAYOUTS, MMSEG], 'ViT',
+                                          *dinov2.LAYOUTS, *dinov3.LAYOUTS,
+                                          *vitdet.LAYOUTS, *sam.LAYOUTS, *beit.LAYOUTS,
+                                          *clip.LAYOUTS, MMSEG], 'ViT',
                              strict)
     if out.layout == TIMM.name and 'pos_embed' not in state_dict:
         # densevit's own ViT (its table in a module, or none: RoPE, a relative bias; timm's
@@ -350,6 +364,8 @@ def check_vit_size(module, state_dict, source, what='a checkpoint'):
     the wrong shape, one of another depth loads only the layers both have, one of another
     patch size leaves a random patch embedding, one with other registers misses (or
     drops) them, and one with other biases (DINOv3's absent key bias) leaves them at zero.
+    Then ViTDet's and SAM's windows, decomposed relative positions and residual blocks
+    (:func:`densevit.checkpoint.vitdet.check_rel_pos`).
 
     Raises:
         CheckpointMismatchError: naming the first option that differs, with the
@@ -362,13 +378,15 @@ def check_vit_size(module, state_dict, source, what='a checkpoint'):
             theirs, ours, advice = (p.format(v=v, own=own) for p in _SHAPE_ERRORS[name])
             raise CheckpointMismatchError(f'{source} does not fit this ViT: it is {what} '
                                           f"{theirs}, the model's ViT has {ours}; {advice}")
+    vitdet.check_rel_pos(module, state_dict, source, what)  # windows, relative positions
 
 
 def checkpoint_grid(path, prefix=None):
     """The patch grid (h, w) of a ViT checkpoint's position table (square tables only).
 
     Maps the file (safely; tensors not read), converts its layout and takes ``pos_embed.weight``
-    ([1, extra + h*w, D]) less the class / distillation token rows.
+    ([1, extra + h*w, D]) less the class / distillation token rows, or, without one, a
+    relative position bias table ((2h-1)(2w-1) offset rows: BEiT's).
 
     Raises:
         ValueError: no position table, or one whose grid is not square (give
@@ -379,6 +397,8 @@ def checkpoint_grid(path, prefix=None):
     obj = load_checkpoint_safely(path, mmap=not str(path).endswith('.safetensors'))
     state_dict = convert_vit(select_prefix(flatten_checkpoint(obj, str(path)), prefix))
     table = state_dict.get('pos_embed.weight')
+    if table is None and (grid := beit.relative_grid(state_dict)) is not None:
+        return grid
     if table is None:
         raise ValueError(f'{path}: no position table (pos_embed) to take pos_grid from')
     rows = table.shape[1]

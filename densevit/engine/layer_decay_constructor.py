@@ -5,7 +5,8 @@ should move least: layer ``i`` of ``L`` gets ``lr * rate ** (L + 1 - i)``. Layer
 ids, read from parameter names:
 
 - 0: the stem, ``backbone.patch_embed``, ``cls_token``, ``register_tokens``,
-  ``mask_token``, a stem / shared ``pos_embed``, ``absolute_pos_embed``;
+  ``mask_token``, a stem / shared ``pos_embed``, ``absolute_pos_embed``, ViT's
+  ``pre_norm`` (CLIP's norm before the first layer);
 - ViT: ``backbone.blocks.i`` -> i + 1 (a per-layer ``pos_embed.i`` goes with it);
 - Swin / MiT: ``backbone.layers.i.blocks.j`` or ``backbone.stages.i.blocks.j`` ->
   the cumulative block index + 1 (blocks of earlier stages counted first); a
@@ -30,7 +31,7 @@ from densevit.registry import OPTIM_WRAPPER_CONSTRUCTORS
 NO_DECAY_KEYS = ('pos_embed', 'cls_token', 'register_tokens', 'mask_token',
                  'absolute_pos_embed', 'relative_position_bias_table')
 _STEM = ('patch_embed', 'cls_token', 'register_tokens', 'mask_token', 'absolute_pos_embed',
-         'stem')
+         'stem', 'pre_norm')
 
 
 def stage_offsets(backbone):

@@ -5,7 +5,10 @@ patches (usually of size 1) instead of the image; DINOv2's ViT (Oquab et al. 202
 register tokens (Darcet et al. 2024), LayerScale (Touvron et al. 2021, CaiT), a SwiGLU
 feed-forward layer (Shazeer 2020), patch size 14; and DINOv3's (Simeoni et al. 2025): the
 same with 2-D RoPE instead of a position table, no key bias, and in some sizes SwiGLU of a
-given hidden width.
+given hidden width. BEiT's (Bao et al. 2022) and Data2VecVision's: no key bias, LayerScale and a
+relative position bias per layer or shared (``pos_embed`` type ``relative``); CLIP's image tower
+(Radford et al. 2021): a LayerNorm before the first layer (``pre_norm``) and QuickGELU
+(``act_cfg``).
 """
 import math
 from collections.abc import Sequence
@@ -17,6 +20,7 @@ from mmengine.model import BaseModule
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from densevit.checkpoint.beit import spread_shared_bias
 from densevit.checkpoint.pretrained import loads_pretrained, split_pretrained
 from densevit.checkpoint.vit import check_vit_size, checkpoint_grid, convert_vit
 from densevit.models.layers.attention import qkv_bias_parts
@@ -32,12 +36,12 @@ from densevit.models.layers.token_select import (
     select_rotation,
     select_table,
 )
-from densevit.models.layers.vit_block import TransformerEncoderLayer
 from densevit.registry import MODELS
 from densevit.utils.defaults import DEFAULT, resolve_default
 
 from .freeze import freeze
 from .init import init_linear_or_norm
+from .vit_windows import grid_layer_options, rel_pos_keys, uses_grid_layers
 
 # ViT paper, Table 1 (Ti and S from DeiT): width D, depth, heads, MLP size.
 ARCH_SETTINGS = {
@@ -186,6 +190,27 @@ class VisionTransformer(BaseModule):
             output, not only the last layer's (DINOv2's ``get_intermediate_layers(norm=
             True)``, Hugging Face ``Dinov2Backbone`` with ``apply_layernorm``); needs
             ``final_norm``.
+        pre_norm (bool): a LayerNorm on the token sequence after the position embedding,
+            before the first layer (CLIP's ``pre_layrnorm``; ``pre_norm.*``, with the stem).
+        act_cfg (dict, optional): the activation of ``ffn_type='mlp'``, e.g.
+            ``dict(type='QuickGELU')`` (CLIP); None: GELU.
+        window_size (int): ViTDet / SAM (Li et al. 2022; Kirillov et al. 2023): every layer
+            not in ``global_attn_indexes`` attends inside non-overlapping windows of this
+            many patches a side, the grid zero-padded at the bottom / right to whole windows
+            and cropped back (:mod:`densevit.models.layers.vitdet_attention`); 0: every layer
+            global. ViTDet-B and SAM-B: 14.
+        global_attn_indexes (Sequence[int]): the layers that stay global (ViT-B: 2, 5, 8,
+            11); negative counts from the end.
+        decomposed_rel_pos (bool): decomposed relative positions (MViTv2) in every layer,
+            ``blocks.N.attn.rel_pos_h`` / ``rel_pos_w`` [2s-1, D/heads] spanning the window
+            in a windowed layer and the ``img_size`` grid in a global one (resized linearly
+            for other grids), starting at zero. A layer option beside ``pos_embed``, not a
+            ``pos_embed`` type: ViTDet and SAM add it to an absolute table.
+        residual_block_indexes (Sequence[int]): layers followed by ViTDet's residual
+            bottleneck block (1x1, 3x3, 1x1 convolutions with channel LayerNorms,
+            ``blocks.N.residual.*``, starting as the identity).
+            These four options need ``with_cls_token=False``, no register tokens and an
+            absolute (or no) ``pos_embed``, and every forward the whole grid (no MAE subset).
         frozen_stages (int): -1 trains everything; 0 freezes the stem (CNN stem,
             patch embedding, cls and register tokens, stem / shared position table); k > 0 also
             freezes layers ``0..k-1`` with their own position tables (and the
@@ -209,7 +234,8 @@ class VisionTransformer(BaseModule):
                  stem=None, pos_grid=None, pad_to_patch=False, frozen_stages=-1, with_cp=False,
                  num_register_tokens=0, layer_scale_init_value=None, ffn_type='mlp',
                  norm_every_output=False, crop_to_patch=False, glu_hidden='two_thirds',
-                 init_cfg=None):
+                 pre_norm=False, act_cfg=None, window_size=0, global_attn_indexes=(),
+                 decomposed_rel_pos=False, residual_block_indexes=(), init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         pos_embed = resolve_default(pos_embed, dict(type='learned_1d', placement='stem'))
         if pad_to_patch and crop_to_patch:
@@ -265,16 +291,21 @@ class VisionTransformer(BaseModule):
         # 'absolute' (added to tokens), 'relative' (attention bias), 'rotary' (RoPE) or None
         self.pos_embed_kind = modules[0].kind if modules else None
         self.pos_drop = nn.Dropout(drop_rate)
+        self.pre_norm = nn.LayerNorm(D, eps=layer_norm_eps) if pre_norm else None
 
         # Plain Python, not torch.linspace: the model must also build on device='meta'.
         dpr = [drop_path_rate * i / max(self.num_layers - 1, 1) for i in range(self.num_layers)]
+        # ViTDet / SAM: windowed layers, decomposed relative positions, residual conv blocks
+        layers = grid_layer_options(self.num_layers, grid_hw, window_size, global_attn_indexes,
+                                    decomposed_rel_pos, residual_block_indexes,
+                                    self.num_extra_tokens, self.pos_embed_type)
         self.blocks = nn.ModuleList(
-            TransformerEncoderLayer(D, setting['num_heads'], setting['feedforward_channels'],
-                                    drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
-                                    drop_path_rate=dpr[i], qkv_bias=qkv_bias, norm_eps=eps,
-                                    layer_scale_init_value=layer_scale_init_value,
-                                    ffn_type=ffn_type, glu_hidden=glu_hidden)
-            for i in range(self.num_layers))
+            block(D, setting['num_heads'], setting['feedforward_channels'],
+                  drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
+                  drop_path_rate=dpr[i], qkv_bias=qkv_bias, norm_eps=eps,
+                  layer_scale_init_value=layer_scale_init_value,
+                  ffn_type=ffn_type, glu_hidden=glu_hidden, act_cfg=act_cfg, **grid_options)
+            for i, (block, grid_options) in enumerate(layers))
         self.norm = nn.LayerNorm(D, eps=eps) if final_norm else None
 
         if isinstance(out_indices, int):
@@ -330,8 +361,7 @@ class VisionTransformer(BaseModule):
             return []
         k = self.frozen_stages
         mods = [self.patch_embed, *self.blocks[:k]]
-        if self.stem is not None:
-            mods.append(self.stem)
+        mods += [m for m in (self.stem, self.pre_norm) if m is not None]
         if isinstance(self.pos_embed, nn.ModuleList):
             mods.extend(self.pos_embed[:k])  # a layer's own table goes with its layer
         elif self.pos_embed is not None:
@@ -349,7 +379,7 @@ class VisionTransformer(BaseModule):
         self._freeze_stages()
         return self
 
-    @loads_pretrained(convert_vit, check=check_vit_size)
+    @loads_pretrained(convert_vit, check=check_vit_size, expected_missing=rel_pos_keys)
     def init_weights(self):
         """ViT init: truncated normal (std .02) for Linear weights, the class
         token and position tables; zero biases; LayerNorm to identity; register tokens
@@ -368,6 +398,9 @@ class VisionTransformer(BaseModule):
                 nn.init.trunc_normal_(self.cls_token, std=.02)
             if self.register_tokens is not None:
                 nn.init.normal_(self.register_tokens, std=1e-6)
+            for block in self.blocks:  # ViTDet's residual blocks (decomposed tables: zeros)
+                if hasattr(block, 'init_weights'):
+                    block.init_weights()
         super().init_weights()
 
     @property
@@ -379,6 +412,8 @@ class VisionTransformer(BaseModule):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         if self.cls_token is None and prefix + 'cls_token' in state_dict:
             self._drop_class_token(state_dict, prefix)
+        if self.pos_embed_type == 'relative' and isinstance(self.pos_embed, nn.ModuleList):
+            spread_shared_bias(self, state_dict, prefix)  # BEiT's pre-trained shared bias
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _drop_class_token(self, state_dict, prefix):
@@ -447,6 +482,10 @@ class VisionTransformer(BaseModule):
         position code of its place in the full grid; None keeps all (n = h*w).
         """
         B = x.shape[0]
+        if keep is not None and uses_grid_layers(self):
+            raise ValueError('windowed attention, decomposed relative positions and residual '
+                             'blocks need the whole patch grid: a subset of patches (keep, '
+                             "MAE's visible ones) cannot go through this ViT")
         if keep is not None:
             x = gather_tokens(x, keep)
         if self.cls_token is not None:
@@ -456,6 +495,8 @@ class VisionTransformer(BaseModule):
         if self.register_tokens is not None:  # after the position code: they have none
             x = self._after_class_token(x, self.register_tokens.expand(B, -1, -1))
         x = self.pos_drop(x)  # [B, E + n, D]
+        if self.pre_norm is not None:
+            x = self.pre_norm(x)
         shared = None  # one table, bias or rotation built once per forward, used by every layer
         if self.pos_embed_placement != 'stem' and self.pos_embed is not None \
                 and not isinstance(self.pos_embed, nn.ModuleList):
@@ -468,9 +509,9 @@ class VisionTransformer(BaseModule):
             mask = position.to(x.dtype) if kind == 'relative' else None
             rope = position if kind == 'rotary' else None
             if self.with_cp and self.training and x.requires_grad:
-                x = checkpoint(block, x, mask, rope, use_reentrant=False)
+                x = checkpoint(block, x, mask, rope, hw, use_reentrant=False)
             else:
-                x = block(x, attn_mask=mask, rope=rope)
+                x = block(x, attn_mask=mask, rope=rope, hw=hw)
             if i == self.num_layers - 1 and self.norm is not None:
                 x = self.norm(x)
             yield i, x

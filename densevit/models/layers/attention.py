@@ -91,7 +91,7 @@ class MultiheadAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         self.record = None
 
-    def forward(self, x: torch.Tensor, attn_mask=None, rope=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask=None, rope=None, hw=None) -> torch.Tensor:
         """Self-attention over the token sequence.
 
         Args:
@@ -102,10 +102,17 @@ class MultiheadAttention(nn.Module):
             rope: optional rotary position embedding of queries and keys, a
                 :class:`~densevit.models.layers.rope_2d.Rotation` (cos / sin
                 broadcastable to [B, h, N, D/(2h)]).
+            hw: the patch grid (h, w) of the tokens; unused here (the windowed attention
+                of :mod:`.vitdet_attention` reads it).
 
         Returns:
             [B, N, D].
         """
+        q, k, v = self.project_qkv(x, rope)
+        return self.attend(q, k, v, attn_mask)
+
+    def project_qkv(self, x, rope=None):
+        """x [B, N, D] -> q, k, v [B, h, N, D/h], q and k rotated by ``rope`` if given."""
         B, N, D = x.shape
         if self.split_bias:
             bias = torch.cat([getattr(self, name) for name in QKV_BIAS_NAMES])
@@ -119,11 +126,17 @@ class MultiheadAttention(nn.Module):
         q, k, v = qkv.unbind(0)
         if rope is not None:
             q, k = rope.apply(q), rope.apply(k)
+        return q, k, v
+
+    def attend(self, q, k, v, attn_mask=None):
+        """q, k, v [B, h, N, D/h] -> softmax(q kᵀ / sqrt(d) + mask) v, heads joined and
+        projected: [B, N, D]."""
         if self.record is not None:
             # Computed beside SDPA, not instead of it: the output stays bit-identical.
             self.record(attention_weights(q, k, attn_mask))
         x = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask,
             dropout_p=self.attn_drop if self.training else 0.)
-        x = x.transpose(1, 2).reshape(B, N, D)
+        B, _, N, _ = q.shape
+        x = x.transpose(1, 2).reshape(B, N, self.embed_dims)
         return self.proj_drop(self.proj(x))
