@@ -380,7 +380,11 @@ def test_dinov2_upernet_recipe():
     simple feature pyramid into UperNet; layer-wise lr decay with no weight decay on the
     class token, position table and LayerScale gammas; no number claimed."""
     path = CONFIGS / 'dinov2' / 'dinov2_vit-b14_upernet_518x518_ade20k.py'
-    assert DINOV2 == [path]
+    assert [p.name for p in DINOV2] == ['dinov2_vit-b14_segformer-head_518x518_ade20k.py',
+                                        path.name]
+    light = load(DINOV2[0]).model
+    assert light.decode_head.type == 'SegformerHead' and light.auxiliary_head is None
+    assert light.backbone == load(path).model.backbone
     cfg = load(path)
     model = cfg.model
     b = model.backbone
