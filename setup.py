@@ -24,9 +24,11 @@ setup(
     install_requires=requirements,
     # transformers, monai: the reference implementations the weight converters are proven
     # against (monai's UNETR needs einops, an optional dependency of monai)
+    # cityscapesscripts: its panoptic evaluation (a port of the COCO panoptic API) is the
+    # reference CocoPanopticMetric is checked against
     # ruff: the lint .ci/run runs (pinned: new releases add rules)
     extras_require={'tests': ['pytest>=7', 'transformers>=4.40,<6', 'safetensors>=0.4',
-                              'monai>=1.3', 'einops>=0.6',
+                              'monai>=1.3', 'einops>=0.6', 'cityscapesscripts==2.3.0',
                               'tensorboard>=2.10', 'ruff==0.17.6', *DEPLOY],
                     # tools/train.py --tensorboard (mmengine's TensorboardVisBackend)
                     'tensorboard': ['tensorboard>=2.10'],

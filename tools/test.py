@@ -21,6 +21,7 @@ from densevit.engine.cli import (
 )
 from densevit.engine.launch import exit_process, setup_launcher, shutdown_distributed
 from densevit.engine.runner import Runner
+from densevit.evaluation.panoptic_quality import summary_table
 from densevit.models.tta.support import apply_tta
 from densevit.utils.provenance import add_json_argument, write_result
 
@@ -61,6 +62,23 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
+
+
+def summary(metrics):
+    """Lines printed after the run's log for the headline numbers a metric's table
+    would bury: panoptic quality (all / things / stuff) and mask AP."""
+    lines = []
+    table = summary_table(metrics)
+    if table:
+        lines += ['panoptic quality (%):', table]
+    segm = {k.rsplit('/', 1)[-1]: v for k, v in metrics.items() if 'segm_mAP' in k}
+    if segm:
+        lines.append('mask AP: ' + '  '.join(
+            f'{name} {segm[key]:.3f}' for name, key in (
+                ('AP', 'segm_mAP'), ('AP50', 'segm_mAP_50'), ('AP75', 'segm_mAP_75'),
+                ('APs', 'segm_mAP_s'), ('APm', 'segm_mAP_m'), ('APl', 'segm_mAP_l'))
+            if key in segm))
+    return lines
 
 
 def main(argv=None):
@@ -129,6 +147,9 @@ def main(argv=None):
         metrics = runner.test()
     except (*ONE_LINE_ERRORS, *IMAGE_ERRORS) as e:  # also from a DataLoader worker
         return report([one_line(e)])
+    if is_main_process():
+        for line in summary(metrics or {}):
+            print(line)
     if args.json and is_main_process():
         write_result(args.json, metrics, config=args.config, checkpoint=args.checkpoint,
                      backend=args.backend, tta=args.tta, tta_ratios=args.tta_ratios,

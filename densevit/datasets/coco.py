@@ -5,7 +5,9 @@
     dict(img_path=str, img_id=int, height=int, width=int,
          instances=[dict(bbox=[x1, y1, x2, y2],  # float, absolute pixels, inside the image
                          bbox_label=int,         # contiguous 0..K-1
-                         ignore_flag=0 or 1)])   # 1 for crowd boxes: never matched, never penalised
+                         ignore_flag=0 or 1,     # 1 for crowd boxes: never matched, never penalised
+                         ann_id=int,             # the annotation's id (named in errors)
+                         mask=...)])             # the COCO segmentation, when the file has one
 
 Labels follow ascending category id: ``label = cat_ids.index(category_id)``.
 
@@ -39,12 +41,35 @@ REQUIRED_KEYS = dict(file=('images', 'annotations', 'categories'),
 SHOW_FIRST = 5  # repeated ids named in an error
 
 
-def _check_keys(items, kind, ann_file):
+def _check_keys(items, kind, ann_file, required=REQUIRED_KEYS):
     for i, item in enumerate(items):
-        missing = [k for k in REQUIRED_KEYS[kind] if k not in item]
+        if not isinstance(item, dict):
+            raise DataError(f'{ann_file}: {kind} #{i} is not a JSON object: {str(item)[:60]}')
+        missing = [k for k in required[kind] if k not in item]
         if missing:
             raise DataError(f'{ann_file}: {kind} #{i} has no key {missing[0]!r} '
-                            f'(a COCO {kind} needs {", ".join(REQUIRED_KEYS[kind])})')
+                            f'(a COCO {kind} needs {", ".join(required[kind])})')
+
+
+def read_coco_json(ann_file, not_found, required=REQUIRED_KEYS):
+    """The parsed JSON object of ``ann_file`` with the keys ``required`` names checked in
+    the file, its images, annotations and categories. FileNotFoundError (``not_found``
+    after the path) or DataError naming the file."""
+    if not osp.isfile(ann_file):
+        raise FileNotFoundError(f'{not_found[0]}: {ann_file}. {not_found[1]}')
+    try:
+        with open(ann_file) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f'{ann_file} is not valid JSON: {e}') from None
+    if not isinstance(data, dict):
+        raise DataError(f'{ann_file}: expected a JSON object with keys images / annotations / '
+                        f'categories, got {type(data).__name__}')
+    _check_keys([data], 'file', ann_file, required)
+    for kind in ('image', 'annotation', 'category'):
+        _check_keys(data['categories' if kind == 'category' else kind + 's'], kind, ann_file,
+                    required)
+    return data
 
 
 def _shown(items):
@@ -97,22 +122,9 @@ def load_coco_json(ann_file, renumber_ann_ids=False, problems=None):
     ``renumber_ann_ids`` (annotations numbered 1..N in file order), or unless
     ``problems`` is a list: their lines go there and the file is loaded anyway.
     """
-    if not osp.isfile(ann_file):
-        raise FileNotFoundError(
-            f'COCO annotation file not found: {ann_file}. Download COCO 2017 and place it '
-            'under data/coco/ (see docs/datasets.md), or point ann_file / data_root at your own '
-            'COCO-format JSON.')
-    try:
-        with open(ann_file) as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f'{ann_file} is not valid JSON: {e}') from None
-    if not isinstance(data, dict):
-        raise DataError(f'{ann_file}: expected a JSON object with keys images / annotations / '
-                        f'categories, got {type(data).__name__}')
-    _check_keys([data], 'file', ann_file)
-    for kind in ('image', 'annotation', 'category'):
-        _check_keys(data['categories' if kind == 'category' else kind + 's'], kind, ann_file)
+    data = read_coco_json(ann_file, (
+        'COCO annotation file not found', 'Download COCO 2017 and place it under data/coco/ '
+        '(see docs/datasets.md), or point ann_file / data_root at your own COCO-format JSON.'))
     cat_ids = {c['id'] for c in data['categories']}
     img_ids = {img['id'] for img in data['images']}
     for ann in data['annotations']:
@@ -152,6 +164,22 @@ def clip_coco_box(bbox, width, height):
     box = [min(max(x, 0.), width), min(max(y, 0.), height),
            min(max(x + bw, 0.), width), min(max(y + bh, 0.), height)]
     return None if box[2] <= box[0] or box[3] <= box[1] else box
+
+
+def filter_images(data_list, filter_cfg, ann_file, has_gt):
+    """The images of ``data_list`` that ``filter_cfg`` keeps: ``filter_empty_gt`` drops
+    those for which ``has_gt(info)`` is False, ``min_size`` those whose shorter side is
+    smaller. A DataError naming ``ann_file`` when none is left."""
+    if not filter_cfg:
+        return data_list
+    filter_empty = filter_cfg.get('filter_empty_gt', False)
+    min_size = filter_cfg.get('min_size', 0)
+    kept = [d for d in data_list if min(d['width'], d['height']) >= min_size
+            and not (filter_empty and not has_gt(d))]
+    if data_list and not kept:  # mmengine would fail later with a cryptic numpy error
+        raise DataError(f'{ann_file}: none of its {len(data_list)} images is left '
+                        f'after filtering with filter_cfg={filter_cfg}')
+    return kept
 
 
 @DATASETS.register_module()
@@ -244,7 +272,9 @@ class CocoDataset(SkipUnreadableMixin, BaseDataset):
                 clipped += 1 if box != [x, y, x + bw, y + bh] else 0
                 ignore = ann.get('iscrowd', 0) or ann.get('ignore', False)
                 instances.append(dict(bbox=box, bbox_label=self.cat2label[ann['category_id']],
-                                      ignore_flag=int(bool(ignore))))
+                                      ignore_flag=int(bool(ignore)), ann_id=ann['id']))
+                if 'segmentation' in ann:  # decoded by LoadDetAnnotations(with_mask=True)
+                    instances[-1]['mask'] = ann['segmentation']
             seen.add(img_id)
             img_path = osp.join(self.data_prefix.get('img', ''), img['file_name'])
             data_list.append(dict(img_path=img_path, img_id=img_id, height=h, width=w,
@@ -261,17 +291,8 @@ class CocoDataset(SkipUnreadableMixin, BaseDataset):
             return self.data_list
         if not self._check_trainable():  # collect_problems: keep every image to check
             return self.data_list
-        if not self.filter_cfg:
-            return self.data_list
-        filter_empty = self.filter_cfg.get('filter_empty_gt', False)
-        min_size = self.filter_cfg.get('min_size', 0)
-        kept = [d for d in self.data_list
-                if min(d['width'], d['height']) >= min_size
-                and not (filter_empty and all(i['ignore_flag'] for i in d['instances']))]
-        if self.data_list and not kept:  # mmengine would fail later with a cryptic numpy error
-            raise DataError(f'{self.ann_file}: none of its {len(self.data_list)} images is left '
-                            f'after filtering with filter_cfg={self.filter_cfg}')
-        return kept
+        return filter_images(self.data_list, self.filter_cfg, self.ann_file,
+                             lambda d: any(not i['ignore_flag'] for i in d['instances']))
 
     def _check_trainable(self):
         """A training set needs a box that is neither crowd nor ignored: DETR's loss

@@ -9,9 +9,10 @@ written by :func:`generate_shapes` (the layout COCO itself uses)::
 
 Rendering draws every shape as an exact (not anti-aliased) boolean mask, then
 composites the masks back to front, so each pixel belongs to exactly one shape
-or to the background. A box is the extent of the *visible* mask; the same
-masks give a per-pixel class map (``render_image(...)['class_map']``) for
-segmentation.
+or to the background. A box is the extent of the *visible* mask, and each annotation's
+``segmentation`` is that mask as COCO compressed RLE (exact; the masks of one image never
+overlap); the same masks give a per-pixel class map (``render_image(...)['class_map']``)
+for segmentation and the panoptic set of :mod:`densevit.datasets.shapes_panoptic`.
 """
 import json
 import logging
@@ -22,6 +23,7 @@ import zlib
 import cv2
 import numpy as np
 from mmengine.logging import print_log
+from pycocotools import mask as mask_utils
 
 from densevit.datasets.coco import CocoDataset
 from densevit.datasets.generated import generate_once
@@ -32,12 +34,17 @@ MIN_VISIBLE = 0.5  # a new shape may hide at most half of any shape already draw
 PLACEMENT_TRIES = 10
 
 
-def _background(rng, h, w, kind):
-    """A [H, W, 3] uint8 BGR background: smooth noise, stripes or a gradient (or flat)."""
+TEXTURES = ('noise', 'stripes', 'gradient')  # the styles of a 'texture' background
+
+
+def background_image(rng, h, w, kind, style=None):
+    """A [H, W, 3] uint8 BGR background: smooth noise, stripes or a gradient (or flat).
+
+    ``style``: the index in :data:`TEXTURES` of the texture; None draws one."""
     c0, c1 = rng.integers(0, 256, size=(2, 3)).astype(np.float32)
     if kind == 'flat':
         return np.broadcast_to(c0.astype(np.uint8), (h, w, 3)).copy()
-    style = rng.integers(3)
+    style = rng.integers(3) if style is None else style
     if style == 0:  # smooth noise: a coarse random grid upsampled bicubically
         grid = rng.random((int(rng.integers(3, 9)), int(rng.integers(3, 9))), dtype=np.float32)
         t = np.clip(cv2.resize(grid, (w, h), interpolation=cv2.INTER_CUBIC), 0, 1)
@@ -99,7 +106,8 @@ def render_image(rng, img_size, max_objects=6, min_size=8, max_size=48, backgrou
     Args:
         rng (np.random.Generator): the only source of randomness.
         img_size (tuple[int, int]): (H, W).
-        background (str): 'texture' (noise / stripes / gradient) or 'flat' (one colour).
+        background (str | np.ndarray): 'texture' (noise / stripes / gradient), 'flat'
+            (one colour), or a uint8 [H, W, 3] BGR image to draw on (not modified).
         inside (bool): keep every shape whole inside the image (else the border may cut it).
         min_visible (float): a new shape may hide at most ``1 - min_visible`` of any
             shape already drawn (1.0: shapes never overlap).
@@ -113,7 +121,8 @@ def render_image(rng, img_size, max_objects=6, min_size=8, max_size=48, backgrou
     if inside and min_size > min(h, w) - 1:
         raise ValueError(f'shapes with inside=True: min_size {min_size} does not fit a '
                          f'{h}x{w} image (at most {min(h, w) - 1})')
-    img = _background(rng, h, w, background)
+    img = (background.copy() if isinstance(background, np.ndarray)
+           else background_image(rng, h, w, background))
     owner = np.zeros((h, w), np.uint8)  # index + 1 of the shape on top, 0 = background
     shapes = []
     for _ in range(int(rng.integers(1, max_objects + 1))):
@@ -145,6 +154,35 @@ def mask_to_xywh(mask):
     return [x0, y0, int(xs.max()) + 1 - x0, int(ys.max()) + 1 - y0]
 
 
+def mask_to_rle(mask):
+    """A bool [H, W] mask as COCO's compressed RLE, JSON-ready (``counts`` a str)."""
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return dict(size=[int(v) for v in rle['size']], counts=rle['counts'].decode('ascii'))
+
+
+def shape_annotations(shapes, image_id, first_id):
+    """COCO instance annotations of one image's rendered shapes (visible masks, so the
+    masks of one image never overlap), numbered from ``first_id``."""
+    return [dict(id=first_id + k, image_id=image_id, category_id=shape['category_id'],
+                 bbox=mask_to_xywh(shape['mask']), area=int(shape['mask'].sum()), iscrowd=0,
+                 segmentation=mask_to_rle(shape['mask']))
+            for k, shape in enumerate(shapes)]
+
+
+def split_rng(seed, split, idx):
+    """The generator of image ``idx`` of ``split``: one per image, so any image can be
+    re-rendered alone; the split name is mixed in (crc32: stable across processes,
+    unlike hash()), so train and val of one ``seed`` differ."""
+    return np.random.default_rng([seed, zlib.crc32(split.encode()), idx])
+
+
+def size_range(img_size, min_size, max_size):
+    """The (min_size, max_size) of shape diameters: by default ``min(H, W) // 10`` (at
+    least 6) and ``min(H, W) // 2``."""
+    min_size = min_size or max(min(img_size) // 10, 6)
+    return min_size, max(max_size or min(img_size) // 2, min_size)
+
+
 def generate_shapes(out_dir, split, num_images, img_size=(128, 128), seed=0, max_objects=6,
                     min_size=None, max_size=None, background='texture', inside=False,
                     min_visible=MIN_VISIBLE):
@@ -165,59 +203,72 @@ def generate_shapes(out_dir, split, num_images, img_size=(128, 128), seed=0, max
         inside, min_visible: as :func:`render_image`.
     """
     h, w = img_size
-    min_size = min_size or max(min(h, w) // 10, 6)
-    max_size = max(max_size or min(h, w) // 2, min_size)
+    min_size, max_size = size_range(img_size, min_size, max_size)
     img_dir, ann_dir = osp.join(out_dir, split), osp.join(out_dir, 'annotations')
     os.makedirs(img_dir, exist_ok=True)
     os.makedirs(ann_dir, exist_ok=True)
     images, annotations = [], []
-    split_key = zlib.crc32(split.encode())  # stable across processes, unlike hash()
     for idx in range(num_images):
-        # one generator per image: any image can be re-rendered alone
-        rng = np.random.default_rng([seed, split_key, idx])
-        out = render_image(rng, img_size, max_objects, min_size, max_size, background, inside,
-                           min_visible)
+        out = render_image(split_rng(seed, split, idx), img_size, max_objects, min_size,
+                           max_size, background, inside, min_visible)
         file_name = f'{idx:06d}.png'
         cv2.imwrite(osp.join(img_dir, file_name), out['img'])
         images.append(dict(id=idx + 1, file_name=file_name, width=w, height=h))
-        for shape in out['shapes']:
-            annotations.append(dict(id=len(annotations) + 1, image_id=idx + 1,
-                                    category_id=shape['category_id'],
-                                    bbox=mask_to_xywh(shape['mask']),
-                                    area=int(shape['mask'].sum()), iscrowd=0))
+        annotations += shape_annotations(out['shapes'], idx + 1, len(annotations) + 1)
     ann_file = osp.join(ann_dir, f'instances_{split}.json')
     with open(ann_file, 'w') as f:
         json.dump(dict(images=images, annotations=annotations, categories=CATEGORIES), f)
     return ann_file
 
 
-def ensure_shapes_split(ann_file, img_dir=None, **generate):
-    """Generate the split behind ``ann_file`` (``<root>/annotations/instances_<split>.json``) once.
+def ensure_generated_split(ann_file, kind, write, outputs, prefixes=(), **generate):
+    """Generate the split behind ``ann_file`` (``<root>/annotations/<kind>_<split>.json``)
+    once, for every generated COCO-layout set.
 
     Safe when several processes (torchrun ranks) call it at once: one generates
     into a temporary folder under ``<root>`` and renames the result into place,
     the annotation file last (its presence means "complete"); the others wait
     on a lock and then find the file.
+
+    Args:
+        kind (str): 'instances' or 'panoptic', the annotation file's prefix.
+        write (callable): ``write(out_dir, split, **generate)`` writes the split.
+        outputs (callable): ``outputs(split)``: what ``write`` makes besides ``ann_file``,
+            paths relative to ``<root>``, renamed into place in this order.
+        prefixes (tuple): ``(data_prefix key, given folder or None, expected folder
+            relative to <root> as a function of split)``; a given folder elsewhere
+            is a ValueError.
     """
     ann_dir, name = osp.split(osp.abspath(ann_file))
     root = osp.dirname(ann_dir)
-    if (not (name.startswith('instances_') and name.endswith('.json'))
+    if (not (name.startswith(f'{kind}_') and name.endswith('.json'))
             or osp.basename(ann_dir) != 'annotations'):
-        raise ValueError(f'cannot generate {ann_file}: a shapes annotation file must be '
-                         '<root>/annotations/instances_<split>.json')
-    split = name[len('instances_'):-len('.json')]
-    if img_dir is not None and osp.abspath(img_dir) != osp.join(root, split):
-        raise ValueError(f'shapes split {split!r} writes its images to {osp.join(root, split)}, '
-                         f'but data_prefix points at {img_dir}')
+        raise ValueError(f'cannot generate {ann_file}: a shapes {kind} annotation file must be '
+                         f'<root>/annotations/{kind}_<split>.json')
+    split = name[len(kind) + 1:-len('.json')]
+    for key, given, expected in prefixes:
+        expected = osp.join(root, expected(split))
+        if given is not None and osp.abspath(given) != expected:
+            raise ValueError(f'shapes split {split!r} writes data_prefix {key!r} to {expected}, '
+                             f'but data_prefix points at {given}')
     os.makedirs(ann_dir, exist_ok=True)
+    places = [(rel, osp.join(root, rel)) for rel in outputs(split)]
     generated = generate_once(
-        root, split, lambda tmp: generate_shapes(tmp, split, **generate),
-        places=[(split, osp.join(root, split)), (osp.join('annotations', name), ann_file)],
+        root, split, lambda tmp: write(tmp, split, **generate),
+        places=places + [(osp.join('annotations', name), osp.join(ann_dir, name))],
         generate=generate, record_file=osp.join(ann_dir, f'.{name}.generate'),
         lock_file=osp.join(ann_dir, f'.{name}.lock'))
-    if not generated:  # generated earlier, or by another process while we waited
-        return
-    print_log(f'generated shapes split {split!r}: {ann_file}', logger='current', level=logging.INFO)
+    if generated:  # else generated earlier, or by another process while we waited
+        print_log(f'generated shapes {kind} split {split!r}: {ann_file}', logger='current',
+                  level=logging.INFO)
+
+
+def ensure_shapes_split(ann_file, img_dir=None, **generate):
+    """Generate the detection split behind ``ann_file``
+    (``<root>/annotations/instances_<split>.json``, images in ``<root>/<split>/``) once,
+    safely across processes (:func:`ensure_generated_split`)."""
+    ensure_generated_split(ann_file, 'instances', generate_shapes, lambda split: [split],
+                           [('img', img_dir, lambda split: split)], **generate)
 
 
 @DATASETS.register_module()

@@ -12,15 +12,13 @@ included. Same ``seed`` and arguments -> byte-identical files.
 import logging
 import os
 import os.path as osp
-import zlib
 
 import cv2
-import numpy as np
 from mmengine.logging import print_log
 
 from densevit.datasets.generated import generate_once
 from densevit.datasets.seg_folder import SegFolderDataset
-from densevit.datasets.shapes import MIN_VISIBLE, render_image
+from densevit.datasets.shapes import MIN_VISIBLE, render_image, size_range, split_rng
 from densevit.registry import DATASETS
 
 CLASSES = ('background', 'circle', 'rectangle', 'triangle')
@@ -35,17 +33,13 @@ def generate_shapes_seg(out_dir, split, num_images, img_size=(128, 128), seed=0,
     Arguments as :func:`densevit.datasets.shapes.generate_shapes` (the split name is
     mixed into the seed). Returns ``(img_dir, seg_dir)``.
     """
-    h, w = img_size
-    min_size = min_size or max(min(h, w) // 10, 6)
-    max_size = max(max_size or min(h, w) // 2, min_size)
+    min_size, max_size = size_range(img_size, min_size, max_size)
     img_dir, seg_dir = osp.join(out_dir, 'images', split), osp.join(out_dir, 'annotations', split)
     os.makedirs(img_dir, exist_ok=True)
     os.makedirs(seg_dir, exist_ok=True)
-    split_key = zlib.crc32(split.encode())  # stable across processes, unlike hash()
     for idx in range(num_images):
-        rng = np.random.default_rng([seed, split_key, idx])  # any image re-renders alone
-        out = render_image(rng, img_size, max_objects, min_size, max_size, background, inside,
-                           min_visible)
+        out = render_image(split_rng(seed, split, idx), img_size, max_objects, min_size,
+                           max_size, background, inside, min_visible)
         cv2.imwrite(osp.join(img_dir, f'{idx:06d}.png'), out['img'])
         cv2.imwrite(osp.join(seg_dir, f'{idx:06d}.png'), out['class_map'])
     return img_dir, seg_dir

@@ -1,4 +1,4 @@
-"""COCO box AP with pycocotools, as an mmengine metric.
+"""COCO box and mask AP with pycocotools, as an mmengine metric.
 
 Label ``i`` is ``dataset_meta['cat_ids'][i]`` when the dataset gives it (CocoDataset
 does, also when ``metainfo.classes`` keeps a subset), else the ``i``-th category id
@@ -16,6 +16,7 @@ import numpy as np
 from mmengine.evaluator import BaseMetric
 from mmengine.fileio import dump, get_local_path
 from mmengine.logging import print_log
+from pycocotools import mask as mask_util
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
@@ -28,6 +29,8 @@ from densevit.datasets.coco import (
 from densevit.datasets.transforms.loading import DataError
 from densevit.registry import METRICS
 
+# what each metric scores, and the key of its shape in a COCO result
+IOU_TYPES = {'bbox': 'bbox', 'segm': 'segmentation'}
 # Index in COCOeval.stats of each returned metric (maxDets [1, 10, 100]).
 _STATS = {'mAP': 0, 'mAP_50': 1, 'mAP_75': 2, 'mAP_s': 3, 'mAP_m': 4, 'mAP_l': 5}
 
@@ -44,6 +47,33 @@ def _get(obj, key, default=None):
     if isinstance(obj, dict):
         return obj.get(key, default)
     return getattr(obj, key, default) if key in obj else default
+
+
+def label_cat_ids(meta_ids, file_ids, ann_file):
+    """Category id of each label: ``dataset_meta['cat_ids']`` when the dataset gives
+    them (each must be a category of ``ann_file``), else ``file_ids`` (the file's
+    categories in the dataset's label order)."""
+    if meta_ids is None:
+        return list(file_ids)
+    unknown = [c for c in meta_ids if c not in file_ids]
+    if unknown:
+        raise ValueError(f"dataset_meta['cat_ids'] {unknown} are not categories of "
+                         f'ann_file {ann_file} (ids {list(file_ids)})')
+    return list(meta_ids)
+
+
+def encode_masks(masks):
+    """Boolean masks ``[N, H, W]`` -> COCO RLEs (``counts`` as str, JSON-ready)."""
+    masks = _numpy(masks)
+    if masks.dtype.kind == 'f' and masks.size:
+        raise TypeError('pred_instances.masks must be boolean (threshold soft masks first), '
+                        f'got {masks.dtype}')
+    rles = []
+    for mask in masks.astype(np.uint8):  # one mask at a time: no [H, W, N] copy
+        rle = mask_util.encode(np.asfortranarray(mask))
+        rle['counts'] = rle['counts'].decode('ascii')
+        rles.append(rle)
+    return rles
 
 
 def load_coco_gt(ann_file, drop_degenerate=False):
@@ -95,15 +125,21 @@ def load_coco_gt(ann_file, drop_degenerate=False):
 
 @METRICS.register_module()
 class CocoMetric(BaseMetric):
-    """COCO bbox mAP (``bbox_mAP``, ``bbox_mAP_50``, ``_75``, ``_s``, ``_m``, ``_l``).
+    """COCO box and mask mAP (``bbox_mAP``, ``bbox_mAP_50``, ``_75``, ``_s``, ``_m``,
+    ``_l``; ``segm_mAP`` ... for masks), MMDetection's names, in 0-1.
 
     Args:
         ann_file (str, optional): COCO instances JSON. Required to evaluate; with
             ``format_only`` and no file, labels map to ``dataset_meta['cat_ids']``
             if the dataset gives them, else to ``label + 1``.
-        metric (str | list[str]): only ``'bbox'``.
+        metric (str | list[str]): ``'bbox'``, ``'segm'`` or both. ``'segm'`` scores
+            ``pred_instances.masks`` (boolean ``[N, H, W]`` at the original image size,
+            RLE-encoded by pycocotools) with ``COCOeval(iouType='segm')`` against the
+            file's ``segmentation`` (polygons or RLE); mask results carry no box, so
+            COCOeval takes each detection's area from its mask, as MMDetection does.
         classwise (bool): also log a per-class AP table.
-        format_only (bool): only write ``<outfile_prefix>.bbox.json``; return ``{}``.
+        format_only (bool): only write ``<outfile_prefix>.bbox.json`` (and
+            ``.segm.json``); return ``{}``.
         outfile_prefix (str, optional): where results are written (also when
             evaluating).
         collect_device, prefix: see ``mmengine.evaluator.BaseMetric``.
@@ -126,8 +162,9 @@ class CocoMetric(BaseMetric):
                  outfile_prefix=None, collect_device='cpu', prefix=None):
         super().__init__(collect_device=collect_device, prefix=prefix)
         metrics = [metric] if isinstance(metric, str) else list(metric)
-        if metrics != ['bbox']:
-            raise KeyError(f"CocoMetric supports metric='bbox' only, got {metric!r}")
+        if not metrics or not set(metrics) <= set(IOU_TYPES) or len(set(metrics)) < len(metrics):
+            raise KeyError(f"CocoMetric's metric is 'bbox', 'segm' or both, got {metric!r}")
+        self.metrics = [m for m in IOU_TYPES if m in metrics]
         if format_only and outfile_prefix is None:
             raise ValueError('format_only=True needs outfile_prefix (where to write results)')
         if not format_only and ann_file is None:
@@ -143,14 +180,7 @@ class CocoMetric(BaseMetric):
         """Category id of each label (None: ``label + 1``); also the categories evaluated."""
         meta_ids = (self.dataset_meta or {}).get('cat_ids')
         if self.coco_gt is not None:
-            file_ids = sorted(self.coco_gt.getCatIds())
-            if meta_ids is None:
-                return file_ids
-            unknown = [c for c in meta_ids if c not in file_ids]
-            if unknown:
-                raise ValueError(f"dataset_meta['cat_ids'] {unknown} are not categories of "
-                                 f'ann_file {self.ann_file} (ids {file_ids})')
-            return list(meta_ids)
+            return label_cat_ids(meta_ids, sorted(self.coco_gt.getCatIds()), self.ann_file)
         if meta_ids is not None:
             return list(meta_ids)
         num_classes = len((self.dataset_meta or {}).get('classes', ())) or None
@@ -159,32 +189,58 @@ class CocoMetric(BaseMetric):
         return None if num_classes is None else list(range(1, num_classes + 1))
 
     def process(self, data_batch, data_samples):
-        """Keep ``img_id`` and the predicted boxes / scores / labels as numpy."""
+        """Keep ``img_id`` and the predicted boxes / scores / labels as numpy (and the
+        masks as RLEs, with their size, for ``'segm'``)."""
         for sample in data_samples:
             pred = _get(sample, 'pred_instances')
             if pred is None:
                 raise KeyError('CocoMetric needs pred_instances in every data sample')
-            self.results.append(dict(
+            res = dict(
                 img_id=int(_get(sample, 'img_id')),
                 bboxes=_numpy(_get(pred, 'bboxes', np.zeros((0, 4)))).reshape(-1, 4),
                 scores=_numpy(_get(pred, 'scores', np.zeros(0))).reshape(-1),
-                labels=_numpy(_get(pred, 'labels', np.zeros(0))).reshape(-1).astype(np.int64)))
+                labels=_numpy(_get(pred, 'labels', np.zeros(0))).reshape(-1).astype(np.int64))
+            if 'segm' in self.metrics:
+                masks = _get(pred, 'masks')
+                if masks is None:
+                    raise KeyError("CocoMetric(metric='segm') needs pred_instances.masks in "
+                                   'every data sample')
+                res['mask_size'] = tuple(masks.shape[-2:])
+                res['masks'] = encode_masks(masks)
+            self.results.append(res)
 
-    def results_to_coco(self, results, cat_ids):
-        """Per-image results -> COCO results list (xywh box, score, category_id)."""
+    def results_to_coco(self, results, cat_ids, iou_type='bbox'):
+        """Per-image results -> COCO results list (xywh box or RLE mask, score,
+        category_id)."""
         dets = []
         for res in results:
             if len(res['labels']) and cat_ids is not None and res['labels'].max() >= len(cat_ids):
                 raise ValueError(f"label {res['labels'].max()} of image {res['img_id']} has no "
                                  f'category: {len(cat_ids)} categories')
-            boxes = res['bboxes'].astype(np.float64)
-            xywh = np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]], axis=1)
-            for box, score, label in zip(xywh.tolist(), res['scores'].tolist(),
-                                         res['labels'].tolist(), strict=True):
+            if iou_type == 'segm':
+                shapes = res['masks']
+            else:
+                boxes = res['bboxes'].astype(np.float64)
+                shapes = np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]],
+                                        axis=1).tolist()
+            key = IOU_TYPES[iou_type]
+            for shape, score, label in zip(shapes, res['scores'].tolist(),
+                                           res['labels'].tolist(), strict=True):
                 cat = cat_ids[label] if cat_ids is not None else label + 1
-                dets.append(dict(image_id=res['img_id'], bbox=box, score=float(score),
-                                 category_id=int(cat)))
+                dets.append({'image_id': res['img_id'], key: shape, 'score': float(score),
+                             'category_id': int(cat)})
         return dets
+
+    def _check_mask_sizes(self, results):
+        for res in results:
+            if 'mask_size' not in res or not len(res['masks']):
+                continue
+            img = self.coco_gt.imgs[res['img_id']]
+            if res['mask_size'] != (img.get('height'), img.get('width')):
+                raise DataError(f"masks of image {res['img_id']} ({img.get('file_name')}) are "
+                                f"{res['mask_size'][0]}x{res['mask_size'][1]} but the image is "
+                                f"{img.get('height')}x{img.get('width')} in {self.ann_file}: "
+                                'masks must be at the original image size')
 
     def compute_metrics(self, results):
         # Distributed samplers pad the dataset by repeating images: keep the first.
@@ -193,12 +249,15 @@ class CocoMetric(BaseMetric):
             unique.setdefault(res['img_id'], res)
         results = list(unique.values())
         cat_ids = self._cat_ids()
-        dets = self.results_to_coco(results, cat_ids)
+        dets = {iou_type: self.results_to_coco(results, cat_ids, iou_type)
+                for iou_type in self.metrics}
 
         if self.outfile_prefix is not None:
-            out_file = f'{self.outfile_prefix}.bbox.json'
-            dump(dets, out_file)
-            print_log(f'CocoMetric: results written to {osp.abspath(out_file)}', logger='current')
+            for iou_type, type_dets in dets.items():
+                out_file = f'{self.outfile_prefix}.{iou_type}.json'
+                dump(type_dets, out_file)
+                print_log(f'CocoMetric: results written to {osp.abspath(out_file)}',
+                          logger='current')
         if self.format_only:
             return {}
 
@@ -209,10 +268,15 @@ class CocoMetric(BaseMetric):
                                  f'{self.ann_file}; is the metric given the same annotation '
                                  'file as the dataset?')
         print_log(self.ground_truth_line(unique, cat_ids), logger='current')
-        coco_eval = self._evaluate(dets, sorted(unique), sorted(cat_ids))
-        metrics = {f'bbox_{name}': float(coco_eval.stats[i]) for name, i in _STATS.items()}
-        if self.classwise:
-            print_log('\n' + self.classwise_table(coco_eval), logger='current')
+        self._check_mask_sizes(results)
+        metrics = {}
+        for iou_type, type_dets in dets.items():
+            coco_eval = self._evaluate(type_dets, sorted(unique), sorted(cat_ids), iou_type)
+            metrics.update({f'{iou_type}_{name}': float(coco_eval.stats[i])
+                            for name, i in _STATS.items()})
+            if self.classwise:
+                print_log(f'\n{iou_type}:\n' + self.classwise_table(coco_eval),
+                          logger='current')
         return metrics
 
     def ground_truth_line(self, img_ids, cat_ids):
@@ -231,7 +295,7 @@ class CocoMetric(BaseMetric):
                      'the image) dropped, as the dataset drops them in training')
         return line
 
-    def _evaluate(self, dets, img_ids, cat_ids):
+    def _evaluate(self, dets, img_ids, cat_ids, iou_type='bbox'):
         """Run COCOeval on the given images and categories; its summary goes to the log."""
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
@@ -243,7 +307,7 @@ class CocoMetric(BaseMetric):
                                        categories=copy.deepcopy(self.coco_gt.dataset['categories']),
                                        annotations=[])
                 coco_dt.createIndex()
-            coco_eval = COCOeval(self.coco_gt, coco_dt, 'bbox')
+            coco_eval = COCOeval(self.coco_gt, coco_dt, iou_type)
             # Only the images seen, so evaluating a subset of the dataset is fair.
             coco_eval.params.imgIds = img_ids
             coco_eval.params.catIds = cat_ids  # a class subset is scored on its own classes
@@ -253,7 +317,7 @@ class CocoMetric(BaseMetric):
             coco_eval.summarize()
         summary = out.getvalue()
         summary = summary[summary.find(' Average Precision'):] if 'Average' in summary else summary
-        print_log('\n' + summary, logger='current')
+        print_log(f'\n{iou_type}:\n' + summary, logger='current')
         return coco_eval
 
     def classwise_table(self, coco_eval):

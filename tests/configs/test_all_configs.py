@@ -494,6 +494,31 @@ def test_all_ignored_labels_train_without_nan():
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+def test_eomt_shapes_recipe_trains_a_step_and_predicts():
+    """configs/eomt: EoMT with the mask annealing hook on the shapes class maps, a train step
+    (every prediction set's losses) and semantic prediction at the original size."""
+    path = CONFIGS / 'eomt' / 'eomt_vit_shapes_semantic.py'
+    cfg = load(path)
+    assert cfg.model.type == 'EoMT' and cfg.model.backbone.type == 'VisionTransformer'
+    assert (cfg.model.num_blocks, cfg.model.num_queries) == (2, 20)
+    assert dict(type='MaskAnnealingHook') in cfg.custom_hooks
+    assert cfg.train_dataloader.dataset.type == 'ShapesSegDataset'
+    assert 'no number measured here' in path.read_text().split('\n_base_')[0]
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    model.init_weights()
+    with DefaultScope.overwrite_default_scope('densevit'):
+        optim = build_optim_wrapper(model, cfg.optim_wrapper)
+    assert len(model.decode_head.upscale) == 1  # 8x8 patches: masks at 24x24
+    before = [p.detach().clone() for p in model.parameters()]
+    log = model.train_step(seg_batch([torch.randint(0, 4, (96, 96)) for _ in range(2)]), optim)
+    assert torch.isfinite(log['loss']) and {'loss_cls', 'b0.loss_mask', 'b1.loss_dice'} <= set(log)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    out = model.val_step(seg_batch([torch.randint(0, 4, (40, 56))]))
+    assert out[0].pred_sem_seg.data.shape == (1, 40, 56)
+    assert out[0].seg_logits.data.shape == (4, 40, 56)
+
+
 def test_ade20k_pipelines_run_on_a_tiny_fixture(tmp_path):
     import cv2
     import numpy as np

@@ -10,7 +10,7 @@ from mmengine.registry import DefaultScope
 
 from densevit.registry import MODELS
 
-from tiny_run import isolated, load_tool, unique_names
+from tiny_run import isolated, load_tool, tiny_seg_data, unique_names
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 TWIN = CONFIGS / 'quickstart' / 'vit_seg_shapes.py'
@@ -54,17 +54,9 @@ def test_the_twin_predicts_96x96_maps():
 def test_the_twin_trains_three_iterations_on_tiny_data(tmp_path):
     """tools/train.py with the twin's data, pipeline, optimizer and metric, shrunk."""
     config = tmp_path / 'twin_tiny.py'
-    config.write_text(f"""
-_base_ = [{str(TWIN)!r}]
-data_root = {str(tmp_path / 'shapes_seg96')!r} + '/'
-tiny = dict(num_images=4, img_size=(96, 96), max_objects=2, min_size=18, max_size=48)
-train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                        dataset=dict(data_root=data_root, generate=dict(tiny, seed=0)))
-val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                      dataset=dict(data_root=data_root, generate=dict(tiny, seed=1)))
-test_dataloader = val_dataloader
-train_cfg = dict(max_iters=3, val_interval=3)
-""")
+    config.write_text(f"_base_ = [{str(TWIN)!r}]\n"
+                      + tiny_seg_data(tmp_path / 'shapes_seg96', 96, 18, 48)
+                      + 'train_cfg = dict(max_iters=3, val_interval=3)\n')
     with isolated():
         assert load_tool('tools/train.py').main(
             [str(config), '--work-dir', str(tmp_path / 'work'), '--cfg-options', *unique_names()]) == 0

@@ -34,12 +34,15 @@ def det_results(h=60, w=80):
 @pytest.mark.parametrize('name, module', [
     ('LoadImageFromFile', 'mmcv.transforms.loading'),
     ('LoadImage', 'densevit.datasets.transforms.loading'),
-    ('RandomFlip', 'mmcv.transforms.processing'),
-    ('Resize', 'mmcv.transforms.processing')])
+    ('Pad', 'mmcv.transforms.processing'),
+    # densevit's subclasses of mmcv's, which also move instance masks and panoptic maps
+    ('RandomFlip', 'densevit.datasets.transforms.geometric'),
+    ('Resize', 'densevit.datasets.transforms.geometric')])
 def test_mmcv_and_own_transforms_resolve_from_densevit_scope(name, module):
     """From the densevit scope a name finds densevit's transform where it has one, else
     mmcv's."""
-    args = dict(RandomFlip=dict(prob=0.5), Resize=dict(scale=(8, 8))).get(name, {})
+    args = dict(RandomFlip=dict(prob=0.5), Resize=dict(scale=(8, 8)),
+                Pad=dict(size=(8, 8))).get(name, {})
     built = build(dict(type=name, **args))
     assert (type(built).__module__, type(built).__name__) == (module, name)
 

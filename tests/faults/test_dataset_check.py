@@ -40,12 +40,15 @@ def test_check_lists_every_detection_problem(check_tool, tmp_path, capsys):
            'width/height' in out
     assert 'train: box: 000002.png: annotation 901: box [40, 40, 30, 30] extends past the ' \
            '48x48 image (clipped)' in out
-    assert '4 problems found' in out
-    assert 'train: 8/8 images checked, 4 problems' in captured.err  # the progress line
+    # the generated annotations have masks (RLE), the added one none
+    assert f'train: mask: {root}/train/000002.png: annotation 901 has no segmentation' in out
+    assert '5 problems found' in out
+    assert 'train: 8/8 images checked, 5 problems' in captured.err  # the progress line
     table = [line.split() for line in out.splitlines() if line.split()[:1] in (['train'],
                                                                                ['val'])]
-    assert ['train', '8', '1', '1', '2', '0', '0', '0'] in table
-    assert ['val', '5', '0', '0', '0', '0', '0', '0'] in table
+    # image size box label "label map" mask panoptic dataset
+    assert ['train', '8', '1', '1', '2', '0', '0', '1', '0', '0'] in table
+    assert ['val', '5', '0', '0', '0', '0', '0', '0', '0', '0'] in table
 
 
 def test_check_lists_every_segmentation_problem(check_tool, tmp_path, capsys):

@@ -153,6 +153,22 @@ test_dataloader = val_dataloader
     return str(path)
 
 
+def tiny_seg_data(data_root, img_size, min_size, max_size, num_images=4):
+    """Config lines that give a shapes segmentation config (``ShapesSegDataset``) tiny
+    generated data under ``data_root``: ``num_images`` of ``img_size`` a side per split, at most
+    two shapes of ``min_size``-``max_size`` pixels, batches of 2 in this process."""
+    return f"""
+data_root = {str(data_root)!r} + '/'
+tiny = dict(num_images={num_images}, img_size=({img_size}, {img_size}), max_objects=2,
+            min_size={min_size}, max_size={max_size})
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root=data_root, generate=dict(tiny, seed=0)))
+val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=data_root, generate=dict(tiny, seed=1)))
+test_dataloader = val_dataloader
+"""
+
+
 def free_port():
     """A TCP port nobody listens on now (for torchrun's rendezvous)."""
     import socket

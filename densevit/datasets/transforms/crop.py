@@ -2,6 +2,7 @@
 import numpy as np
 from mmcv.transforms import BaseTransform
 
+from densevit.datasets.transforms.geometric import crop_masks_and_maps
 from densevit.registry import TRANSFORMS
 
 
@@ -26,8 +27,9 @@ class RandomCrop(BaseTransform):
         ignore_index (int): label value not counted by ``cat_max_ratio``.
 
     Reads/updates ``img`` [H, W, ...], ``img_shape`` (h, w), ``gt_bboxes`` float [N, 4]
-    xyxy, with ``gt_bboxes_labels`` [N] / ``gt_ignore_flags`` [N] filtered alike, and
-    ``gt_seg_map`` [H, W] if present.
+    xyxy, with ``gt_bboxes_labels`` [N] / ``gt_ignore_flags`` [N] / ``gt_masks`` [N, H, W]
+    filtered alike (masks cut to the window, rows kept with their boxes), and
+    ``gt_seg_map`` / ``gt_panoptic_seg`` [H, W] if present.
     """
 
     def __init__(self, crop_size=(384, 600), crop_type='absolute_range', allow_negative_crop=True,
@@ -90,6 +92,7 @@ class RandomCrop(BaseTransform):
         results['img_shape'] = (ch, cw)
         if 'gt_seg_map' in results:
             results['gt_seg_map'] = results['gt_seg_map'][y0:y0 + ch, x0:x0 + cw]
+        crop_masks_and_maps(results, y0, x0, ch, cw, keep if 'gt_bboxes' in results else None)
         if 'gt_bboxes' in results:
             results['gt_bboxes'] = boxes[keep]
             for key in ('gt_bboxes_labels', 'gt_ignore_flags'):

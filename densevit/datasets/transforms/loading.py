@@ -173,13 +173,37 @@ class LoadImage(LoadImageFromFile):
         return self._decode(img_bytes, rotated_flag)
 
 
+def mark_original_size(results, size):
+    """Record whether annotations of ``size`` were loaded after the image was resized (a
+    test pipeline keeps them at the original size): PackDetInputs then expects that size."""
+    img = results.get('img')
+    results['gt_at_ori_shape'] = img is not None and tuple(size) != tuple(img.shape[:2])
+
+
 @TRANSFORMS.register_module()
 class LoadDetAnnotations(BaseTransform):
     """``results['instances']`` (see CocoDataset) -> arrays.
 
     Adds ``gt_bboxes`` float32 [N, 4] xyxy pixels, ``gt_bboxes_labels`` int64 [N],
-    ``gt_ignore_flags`` bool [N] (N = 0 gives correctly shaped empty arrays).
+    ``gt_ignore_flags`` bool [N] (N = 0 gives correctly shaped empty arrays); with
+    ``with_mask`` also ``gt_masks`` bool [N, H, W] at the annotation's ``height`` x
+    ``width`` (:mod:`densevit.datasets.masks`).
+
+    Args:
+        with_mask (bool): decode each instance's COCO ``segmentation`` (polygons,
+            uncompressed or compressed RLE) through pycocotools. An instance without one,
+            a malformed one, or an image whose size is not its annotation's raises
+            :class:`DataError` naming the file and annotation.
+        max_overlap (float, optional): with ``with_mask``, refuse an image where two
+            non-crowd masks share more than this fraction of the smaller one
+            (DataError naming the file and both annotations). Default None: not
+            checked, since COCO's own instance masks overlap where annotators'
+            polygons cross; tools/dataset/check.py lists overlaps over 1%.
     """
+
+    def __init__(self, with_mask=False, max_overlap=None):
+        self.with_mask = with_mask
+        self.max_overlap = max_overlap
 
     def transform(self, results):
         instances = results.get('instances', [])
@@ -187,4 +211,12 @@ class LoadDetAnnotations(BaseTransform):
         results['gt_bboxes_labels'] = np.array([i['bbox_label'] for i in instances], np.int64)
         results['gt_ignore_flags'] = np.array(
             [bool(i.get('ignore_flag', 0)) for i in instances], bool)
+        if self.with_mask:
+            from densevit.datasets.masks import load_instance_masks  # imports this module
+            results['gt_masks'] = load_instance_masks(results, self.max_overlap)
+            mark_original_size(results, results['gt_masks'].shape[-2:])
         return results
+
+    def __repr__(self):
+        return (f'{self.__class__.__name__}(with_mask={self.with_mask}, '
+                f'max_overlap={self.max_overlap})')

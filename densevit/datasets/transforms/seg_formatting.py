@@ -1,13 +1,10 @@
 """Packing a segmentation sample for the model: ``dict(inputs, data_samples)``."""
-import numpy as np
-import torch
 from mmcv.transforms import BaseTransform
-from mmengine.structures import PixelData
 
 from densevit.registry import TRANSFORMS
 from densevit.structures import DataSample
 
-from .formatting import image_to_tensor
+from .formatting import image_to_tensor, map_to_pixel_data
 
 
 @TRANSFORMS.register_module()
@@ -31,8 +28,7 @@ class PackSegInputs(BaseTransform):
         inputs = image_to_tensor(results['img'])
         sample = DataSample()
         if results.get('gt_seg_map') is not None:
-            seg = np.ascontiguousarray(results['gt_seg_map']).astype(np.int64)
-            sample.gt_sem_seg = PixelData(data=torch.from_numpy(seg)[None])
+            sample.gt_sem_seg = map_to_pixel_data(results['gt_seg_map'])
         meta = {}
         for key in self.meta_keys:
             if key in results:

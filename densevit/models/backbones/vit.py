@@ -481,6 +481,52 @@ class VisionTransformer(BaseModule):
         ``keep`` [B, n] (long, grid indices) keeps only those patches, each with the
         position code of its place in the full grid; None keeps all (n = h*w).
         """
+        x = self.stem_sequence(x, hw, keep)
+        shared = self.shared_position(hw, keep, x)
+        for i in range(last + 1):
+            x = self.run_block(i, x, hw, self._layer_position(i, hw, shared, keep, x))
+            yield i, x
+
+    def shared_position(self, hw, keep, like):
+        """The one table, bias or rotation that every layer uses, built once per forward
+        (:meth:`_position`); None at the stem, without position embedding, or with one
+        module per layer."""
+        if self.pos_embed_placement != 'stem' and self.pos_embed is not None \
+                and not isinstance(self.pos_embed, nn.ModuleList):
+            return self._position(self.pos_embed, hw, keep, like)
+        return None
+
+    def run_block(self, i, x, hw, position=None, attn_mask=None):
+        """Layer i on x [B, N, D] -> [B, N, D] (the final norm after the last layer).
+
+        ``position``: the layer's code for the N tokens (:meth:`_layer_position`): a table
+        added before the layer, a relative bias added to its attention logits, or a RoPE
+        rotation of its queries and keys. ``attn_mask``: a bool mask broadcastable to
+        [B, heads, N, N] (True: may attend), e.g. EoMT's masked attention; it cannot be
+        combined with a relative bias.
+        """
+        kind = None if position is None else self.pos_embed_kind
+        if kind == 'absolute':
+            x = x + position
+        if kind == 'relative':
+            if attn_mask is not None:
+                raise ValueError('run_block: an attention mask beside a relative position '
+                                 'bias is not supported')
+            attn_mask = position.to(x.dtype)
+        rope = position if kind == 'rotary' else None
+        block = self.blocks[i]
+        if self.with_cp and self.training and x.requires_grad:
+            x = checkpoint(block, x, attn_mask, rope, hw, use_reentrant=False)
+        else:
+            x = block(x, attn_mask=attn_mask, rope=rope, hw=hw)
+        if i == self.num_layers - 1 and self.norm is not None:
+            x = self.norm(x)
+        return x
+
+    def stem_sequence(self, x, hw, keep=None):
+        """Patch tokens [B, h*w, D] (the kept ones, ``keep`` [B, n]) -> the first layer's
+        input [B, E + n, D]: class token, the stem's position code, registers, dropout and
+        the pre-encoder norm."""
         B = x.shape[0]
         if keep is not None and uses_grid_layers(self):
             raise ValueError('windowed attention, decomposed relative positions and residual '
@@ -497,24 +543,7 @@ class VisionTransformer(BaseModule):
         x = self.pos_drop(x)  # [B, E + n, D]
         if self.pre_norm is not None:
             x = self.pre_norm(x)
-        shared = None  # one table, bias or rotation built once per forward, used by every layer
-        if self.pos_embed_placement != 'stem' and self.pos_embed is not None \
-                and not isinstance(self.pos_embed, nn.ModuleList):
-            shared = self._position(self.pos_embed, hw, keep, x)
-        for i, block in enumerate(self.blocks[:last + 1]):
-            position = self._layer_position(i, hw, shared, keep, x)
-            kind = None if position is None else self.pos_embed_kind
-            if kind == 'absolute':
-                x = x + position
-            mask = position.to(x.dtype) if kind == 'relative' else None
-            rope = position if kind == 'rotary' else None
-            if self.with_cp and self.training and x.requires_grad:
-                x = checkpoint(block, x, mask, rope, hw, use_reentrant=False)
-            else:
-                x = block(x, attn_mask=mask, rope=rope, hw=hw)
-            if i == self.num_layers - 1 and self.norm is not None:
-                x = self.norm(x)
-            yield i, x
+        return x
 
     def encode(self, tokens, hw, keep=None):
         """Patch tokens (from :meth:`embed`, possibly altered) -> the last layer's token

@@ -30,6 +30,36 @@ def sigmoid_focal_loss(logits, targets, alpha=0.25, gamma=2.0):
     return loss
 
 
+def matched_queries(indices):
+    """(image index, query index) [M] each of the matched predictions of a batch, image by
+    image in the matcher's order."""
+    batch_idx = torch.cat([torch.full_like(src, i) for i, (src, _) in enumerate(indices)])
+    return batch_idx, torch.cat([src for src, _ in indices])
+
+
+def matched_classes(logits, indices, targets, num_classes):
+    """[B, Q] class targets of every query: its matched target's ``labels`` entry, or
+    ``num_classes`` (no object) for an unmatched query; ``logits`` [B, Q, ...] give the
+    shape and device."""
+    target_classes = torch.full(logits.shape[:2], num_classes, dtype=torch.int64,
+                                device=logits.device)
+    target_classes[matched_queries(indices)] = torch.cat(
+        [t['labels'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(logits.device)
+    return target_classes
+
+
+def no_object_cross_entropy(logits, target_classes, no_object_weight):
+    """Softmax cross-entropy over K+1 classes, logits [B, Q, K+1] against [B, Q], every class
+    weighted 1 and "no object" (index K) ``no_object_weight``; the weighted mean (divided by
+    the summed weights of the targets, PyTorch's rule)."""
+    # class weights made in the logits' dtype: no buffer for model.to(dtype) to round
+    class_weight = logits.new_ones(logits.shape[-1])
+    class_weight[-1] = no_object_weight
+    # as [B*Q, C+1] rows: CUDA's 2D (per-position) kernel has no deterministic
+    # reduction, and tools/train.py's deterministic runs refuse it
+    return F.cross_entropy(logits.flatten(0, 1), target_classes.flatten(), class_weight)
+
+
 @MODELS.register_module()
 class SetCriterion(nn.Module):
     """Hungarian-matched classification + box losses for one decoder layer's predictions.
@@ -81,24 +111,14 @@ class SetCriterion(nn.Module):
         # losses in float32 at least: bf16 / fp16 logits raised, a float64 model stays float64
         logits = at_least_fp32(outputs['pred_logits'])
         boxes = at_least_fp32(outputs['pred_boxes'])
-        batch_idx = torch.cat([torch.full_like(src, i) for i, (src, _) in enumerate(indices)])
-        src_idx = torch.cat([src for src, _ in indices])
-        target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64,
-                                    device=logits.device)
-        target_classes[batch_idx, src_idx] = torch.cat(
-            [t['labels'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(logits.device)
+        batch_idx, src_idx = matched_queries(indices)
+        target_classes = matched_classes(logits, indices, targets, self.num_classes)
         if self.use_focal:
             onehot = F.one_hot(target_classes, self.num_classes + 1)[..., :-1].to(logits.dtype)
             loss_cls = sigmoid_focal_loss(logits, onehot, self.focal_alpha,
                                           self.focal_gamma).sum() / num_boxes
         else:
-            # class weights made in the logits' dtype: no buffer for model.to(dtype) to round
-            class_weight = logits.new_ones(self.num_classes + 1)
-            class_weight[-1] = self.no_object_weight
-            # as [B*Q, C+1] rows: CUDA's 2D (per-position) kernel has no deterministic
-            # reduction, and tools/train.py's deterministic runs refuse it
-            loss_cls = F.cross_entropy(logits.flatten(0, 1), target_classes.flatten(),
-                                       class_weight)
+            loss_cls = no_object_cross_entropy(logits, target_classes, self.no_object_weight)
 
         src_boxes = boxes[batch_idx, src_idx]
         tgt_boxes = torch.cat(

@@ -16,6 +16,25 @@ def _prefixed(losses, prefix):
     return {f'{prefix}.{k}': v for k, v in losses.items()}
 
 
+def restore_to_original(maps, meta, align_corners=False):
+    """[C, H, W] maps of the padded input -> [C, h0, w0] of the original image: the padding
+    cut off (``img_shape``), a recorded flip (``flip``, ``flip_direction``) undone, resized
+    bilinearly to ``ori_shape``."""
+    h, w = meta.get('img_shape', maps.shape[-2:])[:2]
+    maps = maps[:, :h, :w]
+    if meta.get('flip', False):
+        direction = meta.get('flip_direction', 'horizontal')
+        dims = dict(horizontal=[2], vertical=[1], diagonal=[1, 2]).get(direction)
+        if dims is None:
+            raise ValueError(f'unknown flip_direction {direction!r}')
+        maps = maps.flip(dims)
+    ori = tuple(meta.get('ori_shape', (h, w))[:2])
+    if ori != (h, w):
+        maps = F.interpolate(maps[None], size=ori, mode='bilinear',
+                             align_corners=align_corners)[0]
+    return maps
+
+
 @MODELS.register_module()
 class EncoderDecoder(SizeGroupedPredict, BaseModel):
     """Semantic segmentation with one decode head and optional auxiliary heads.
@@ -131,19 +150,7 @@ class EncoderDecoder(SizeGroupedPredict, BaseModel):
 
     def restore(self, logits, meta):
         """[K, H, W] logits of the padded input -> [K, h0, w0] of the original image."""
-        h, w = meta.get('img_shape', logits.shape[-2:])[:2]
-        logits = logits[:, :h, :w]
-        if meta.get('flip', False):
-            direction = meta.get('flip_direction', 'horizontal')
-            dims = dict(horizontal=[2], vertical=[1], diagonal=[1, 2]).get(direction)
-            if dims is None:
-                raise ValueError(f'unknown flip_direction {direction!r}')
-            logits = logits.flip(dims)
-        ori = tuple(meta.get('ori_shape', (h, w))[:2])
-        if ori != (h, w):
-            logits = F.interpolate(logits[None], size=ori, mode='bilinear',
-                                   align_corners=self.align_corners)[0]
-        return logits
+        return restore_to_original(logits, meta, self.align_corners)
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
         """``mode``: 'loss' -> dict of losses; 'predict' -> DataSamples with

@@ -7,6 +7,30 @@ from densevit.structures import box_cxcywh_to_xyxy, generalized_box_iou
 from densevit.utils.precision import at_least_fp32
 
 
+def assign(cost, who='HungarianMatcher', what='predictions'):
+    """The one-to-one assignment of least total cost of one image (scipy's
+    ``linear_sum_assignment``).
+
+    Args:
+        cost (Tensor | None): [Q, N] cost of prediction q for target n; None or N = 0: no
+            targets.
+        who, what (str): named in the error on a non-finite cost.
+
+    Returns:
+        tuple[Tensor, Tensor]: (prediction indices, target indices), int64 on the CPU, each
+        of length min(Q, N), the predictions in increasing order.
+    """
+    empty = torch.empty(0, dtype=torch.int64)
+    if cost is None or cost.shape[-1] == 0:
+        return empty, empty
+    cost = cost.detach().cpu()
+    if not torch.isfinite(cost).all():
+        raise FloatingPointError(f'{who}: the matching cost holds NaN or inf (non-finite '
+                                 f'predicted {what})')
+    rows, cols = linear_sum_assignment(cost.numpy())
+    return (torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64))
+
+
 @TASK_UTILS.register_module()
 class HungarianMatcher:
     """One-to-one assignment minimising cost_class·(−p(class)) + cost_bbox·L1 + cost_giou·(−GIoU).
@@ -70,22 +94,11 @@ class HungarianMatcher:
             int64, each of length min(Q, N_i); empty for an image without targets.
         """
         sizes = [len(t['labels']) for t in targets]
-        empty = torch.empty(0, dtype=torch.int64)
         if sum(sizes) == 0:
-            return [(empty, empty) for _ in targets]
+            return [assign(None) for _ in targets]
         cost = self.cost_matrix(outputs, targets).cpu()
-        if not torch.isfinite(cost).all():
-            raise FloatingPointError('HungarianMatcher: the matching cost holds NaN or inf '
-                                     '(non-finite predicted boxes or logits)')
-        indices = []
-        for i, c in enumerate(cost.split(sizes, -1)):
-            if sizes[i] == 0:
-                indices.append((empty, empty))
-                continue
-            rows, cols = linear_sum_assignment(c[i].numpy())
-            indices.append((torch.as_tensor(rows, dtype=torch.int64),
-                            torch.as_tensor(cols, dtype=torch.int64)))
-        return indices
+        return [assign(c[i], 'HungarianMatcher', 'boxes or logits')
+                for i, c in enumerate(cost.split(sizes, -1))]
 
     def __repr__(self):
         return (f'{self.__class__.__name__}(cost_class={self.cost_class}, '
