@@ -254,8 +254,11 @@ def test_detr_quickstart_is_small():
     head = cfg.model.bbox_head
     assert cfg.model.type == 'DETR' and head.type == 'PlainDETRHead'
     assert (head.num_classes, head.embed_dims, head.num_queries) == (3, 128, 30)
-    # one single-scale map, global cross-attention, no deformable attention
-    assert cfg.model.type == 'DETR' and 'neck' not in cfg.model and 'transformer' not in head
+    # one single-scale map (the ViT's, through a one-level ViTDet pyramid: convolutions, no
+    # resampling), global cross-attention, no deformable attention
+    neck = cfg.model.neck
+    assert neck.type == 'SimpleFeaturePyramid' and tuple(neck.scale_factors) == (1.0,)
+    assert cfg.model.type == 'DETR' and 'transformer' not in head
     assert cfg.model.data_preprocessor.pad_size_divisor == 8
     assert head.box_rpb.stride == cfg.model.backbone.patch_size == 8
     assert cfg.train_cfg.max_iters == 1600
