@@ -5,7 +5,8 @@
 #   tools/dev/gpu_check.sh [--out DIR] [--iters N] [--deadline S] [--bundle FILE] [--skip STEP]...
 # Run from the repository root after the README's install with a CUDA build of torch;
 # installs nothing. Each step prints a header, its time and PASS/FAIL/TIMEOUT and goes on past
-# failures; the table (step, result, seconds) is rewritten to DIR/gpu_check_summary.txt after
+# failures; some steps run at once, in lanes (below); the table (step, result, seconds, lane) is
+# rewritten to DIR/gpu_check_summary.txt after
 # every step (default DIR: work_dirs/gpu_check). --deadline S: the whole run ends within S
 # seconds, each step given the smaller of its own limit and what is left (a step that would get
 # under 20 s is reported SKIP). --bundle FILE: after every step, DIR's logs, summary and
@@ -40,35 +41,50 @@ export PYTHON=$PY  # tools/dist_*.sh read it
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT/logs"
 SUMMARY="$OUT/gpu_check_summary.txt"
-ROWS=()
-FAILED=0
+ROWDIR="$OUT/.rows"  # one file per finished step (lanes run in their own processes)
+rm -rf "$ROWDIR"
+mkdir -p "$ROWDIR"
 LAST=
+LANE=
+PHASE_END=
 T0=$(date +%s)
 
-# seconds a step may run: LIMIT, or less when --deadline leaves less
+# seconds a step may run: LIMIT, or less when --deadline (or the lanes' share of it) leaves less
 allowed() {
-    local limit=$1 left
-    if [ -n "$DEADLINE" ]; then
-        left=$((DEADLINE - ($(date +%s) - T0) - 5))
+    local limit=$1 left end=$DEADLINE
+    [ -n "$PHASE_END" ] && end=$PHASE_END
+    if [ -n "$end" ]; then
+        left=$((end - ($(date +%s) - T0) - 5))
         [ "$left" -lt "$limit" ] && limit=$left
     fi
     echo "$limit"
 }
 
-write_summary() {
-    {
-        printf '%-36s %-7s %6s\n' step result seconds
-        printf '%s\n' "${ROWS[@]}"
-        echo "failed steps: $FAILED"
-    } > "$SUMMARY"
-    if [ -n "$BUNDLE" ]; then
-        tar czf "$BUNDLE.tmp" -C "$OUT" --exclude='*.pth' --exclude='*.safetensors' \
-            --exclude='*.onnx' . 2>/dev/null && mv "$BUNDLE.tmp" "$BUNDLE"
-    fi
+failed_steps() { cat "$ROWDIR"/* 2>/dev/null | grep -cE ' (FAIL|TIMEOUT) '; }
+
+write_summary() {  # under a lock: the lanes finish steps at the same time
+    (
+        flock 9
+        {
+            printf '%-36s %-7s %6s %s\n' step result seconds lane
+            cat "$ROWDIR"/* 2>/dev/null
+            echo "failed steps: $(failed_steps)"
+        } > "$SUMMARY"
+        if [ -n "$BUNDLE" ]; then
+            tar czf "$BUNDLE.tmp" -C "$OUT" --exclude='*.pth' --exclude='*.safetensors' \
+                --exclude='*.onnx' --exclude=.rows . 2>/dev/null && mv "$BUNDLE.tmp" "$BUNDLE"
+        fi
+    ) 9>"$OUT/.lock"
+}
+
+add_row() {  # add_row NAME RESULT SECONDS: in the order the steps end
+    printf '%-36s %-7s %6s %s\n' "$1" "$2" "$3" "${LANE:--}" \
+        > "$ROWDIR/$(date +%s%N)_$1"
+    write_summary
 }
 
 # step NAME LIMIT COMMAND...: run it for at most LIMIT seconds (fewer near --deadline), its
-# output to the screen and OUT/logs/NAME.log
+# output to OUT/logs/NAME.log and to the screen (in a lane: to the lane's log)
 step() {
     local name=$1 limit start end secs result rc
     limit=$(allowed "$2")
@@ -85,7 +101,7 @@ step() {
         set -- bash -c '"$@"' _ "$@"
     fi
     echo
-    echo "=== $name (at most ${limit}s): $*"
+    echo "=== $name (at most ${limit}s${LANE:+, lane $LANE}): $*"
     start=$(date +%s)
     timeout -k 10 "$limit" "$@" 2>&1 | tee "$OUT/logs/$name.log"
     rc=${PIPESTATUS[0]}
@@ -97,24 +113,32 @@ step() {
     end=$(date +%s)
     secs=$((end - start))
     LAST=$result
-    [ "$result" != PASS ] && FAILED=$((FAILED + 1))
     echo "=== $name: $result (${secs}s)"
-    ROWS+=("$(printf '%-36s %-7s %6s' "$name" "$result" "$secs")")
-    write_summary
+    [ -n "$LANE" ] && echo "=== $name: $result (${secs}s), lane $LANE" >&3
+    add_row "$name" "$result" "$secs"
 }
 
 skip() {  # skip NAME REASON: a step not run (--skip, an earlier failure, the deadline)
     echo
     echo "=== $1: SKIP ($2)"
-    ROWS+=("$(printf '%-36s %-7s %6s' "$1" SKIP -)")
-    write_summary
+    add_row "$1" SKIP -
+}
+
+# lane NAME FUNCTION: run FUNCTION's steps in turn, in the background, beside the other lanes
+# (wait for them with `wait`); its output goes to OUT/logs/lane_NAME.log, the step results also
+# to the screen
+lane() {
+    echo "=== lane $1 started: $2"
+    ( LANE=$1; "$2" 3>&1 > "$OUT/logs/lane_$1.log" 2>&1 ) &
 }
 
 summary() {
+    local failed
     write_summary
     cat "$SUMMARY"
     echo "logs: $OUT/logs, summary: $SUMMARY${BUNDLE:+, bundle: $BUNDLE}"
-    [ "$FAILED" -eq 0 ]
+    failed=$(failed_steps)
+    [ "$failed" -eq 0 ]
     exit $?
 }
 
@@ -142,37 +166,83 @@ fi
 NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
 export DENSEVIT_TEST_DEVICE=cuda
 
-# 1. the CUDA check: CPU-vs-CUDA equality, the quickstarts in fp32 and fp16 AMP, torchrun
+# 1. the CUDA check: CPU-vs-CUDA equality, then, in three lanes at once (a GPU of 80 GB and 16
+# cores hold them; each lane's steps run in turn, their output in OUT/logs/lane_*.log): the
+# cuda_path tests; the quickstarts in fp32 and fp16 AMP, each followed by tools/test.py, and
+# torchrun; the windowed ViT-B detector with and without activation checkpointing
 step pytest_cuda 240 "$PY" -m pytest -v -rs tests/cuda
 
-QUICK=(detr_vit_shapes deformable_detr_vit_shapes segformer_shapes)
-SHORT=(--cfg-options "train_cfg.max_iters=$ITERS" "train_cfg.val_interval=$ITERS")
-for name in "${QUICK[@]}"; do
-    for mode in fp32 amp; do
-        cfg=configs/quickstart/$name.py
-        wd=$OUT/$name-$mode
-        amp=()
-        [ "$mode" = amp ] && amp=(--amp)
-        step "train_${name}_$mode" 180 "$PY" tools/train.py "$cfg" "${amp[@]}" \
-            --work-dir "$wd" "${SHORT[@]}"
-        if [ -f "$wd/iter_$ITERS.pth" ]; then
-            step "test_${name}_$mode" 120 "$PY" tools/test.py "$cfg" "$wd/iter_$ITERS.pth" \
-                --work-dir "$wd/test"
-        else
-            skip "test_${name}_$mode" "no $wd/iter_$ITERS.pth"
+# -v: one line per test as it ends, so a step cut by its limit still names what failed; a
+# module that cannot be collected (a missing optional reference package) is reported, not fatal
+XDIST=(-v -p no:cacheprovider --continue-on-collection-errors)
+if "$PY" -c 'import xdist' 2>/dev/null; then XDIST+=(-n "${PYTEST_WORKERS:-8}"); fi
+if "$PY" -c 'import pytest_timeout' 2>/dev/null; then XDIST+=(--timeout 300); fi
+
+# train_NAME_MODE then test_NAME_MODE: CONFIG for ITERS iterations, MODE fp32 or amp; the rest
+# are more --cfg-options
+train_and_test() {
+    local name=$1 cfg=$2 mode=$3 wd amp=()
+    shift 3
+    wd=$OUT/$name-$mode
+    [[ "$mode" == amp* ]] && amp=(--amp)
+    step "train_${name}_$mode" 180 "$PY" tools/train.py "$cfg" "${amp[@]}" --work-dir "$wd" \
+        --cfg-options "train_cfg.max_iters=$ITERS" "train_cfg.val_interval=$ITERS" "$@"
+    if [ -f "$wd/iter_$ITERS.pth" ]; then
+        step "test_${name}_$mode" 120 "$PY" tools/test.py "$cfg" "$wd/iter_$ITERS.pth" \
+            --work-dir "$wd/test"
+    else
+        skip "test_${name}_$mode" "no $wd/iter_$ITERS.pth"
+    fi
+}
+
+lane_tests() {
+    step pytest_cuda_path 600 "$PY" -m pytest -q -m cuda_path "${XDIST[@]}"
+}
+
+lane_quickstarts() {
+    local name mode
+    for name in detr_vit_shapes eomt_vit_shapes_semantic deformable_detr_vit_shapes \
+            segformer_shapes; do
+        for mode in fp32 amp; do
+            case $name in
+                eomt_*) train_and_test "$name" "configs/eomt/$name.py" "$mode" ;;
+                *) train_and_test "$name" "configs/quickstart/$name.py" "$mode" ;;
+            esac
+        done
+        # torchrun, one process: NCCL process group and DDP around the model
+        if [ "$name" = eomt_vit_shapes_semantic ]; then
+            PORT=${PORT:-29517} step dist_train_1gpu_detr 180 bash tools/dist_train.sh \
+                configs/quickstart/detr_vit_shapes.py 1 --work-dir "$OUT/dist1_detr" \
+                --cfg-options "train_cfg.max_iters=$ITERS" "train_cfg.val_interval=$ITERS"
         fi
     done
-done
+}
 
-# torchrun, one process: NCCL process group and DDP around the model
-PORT=${PORT:-29517} step dist_train_1gpu_detr 180 bash tools/dist_train.sh \
-    configs/quickstart/detr_vit_shapes.py 1 --work-dir "$OUT/dist1_detr" "${SHORT[@]}"
+lane_vitdet() {  # ViTDet's windowed ViT-B + simple feature pyramid, 512 x 512
+    local cfg=configs/vitdet/vitdet_vit-b16_sfp_deformable_detr_shapes.py mode
+    for mode in fp32 amp; do
+        train_and_test vitdet_vit-b16_shapes "$cfg" "$mode"
+        train_and_test vitdet_vit-b16_shapes "$cfg" "${mode}_cp" model.backbone.with_cp=True
+    done
+}
+
+# the lanes share what is left of --deadline but RESERVE seconds (default 200), kept for the
+# race and the memory benchmark that follow on a quiet GPU
+if [ -n "$DEADLINE" ]; then
+    PHASE_END=$((DEADLINE - ${RESERVE:-200}))
+fi
+lane tests lane_tests
+lane quickstarts lane_quickstarts
+lane vitdet lane_vitdet
+wait
+PHASE_END=
 
 if [ "$NGPU" -ge 2 ]; then
     # the seg quickstart's decode head as SyncBN (its config says BN for one process)
     wd=$OUT/dist2_segformer_syncbn
     PORT=${PORT:-29518} step dist_train_2gpu_segformer_syncbn 180 bash tools/dist_train.sh \
-        configs/quickstart/segformer_shapes.py 2 --work-dir "$wd" "${SHORT[@]}" \
+        configs/quickstart/segformer_shapes.py 2 --work-dir "$wd" \
+        --cfg-options "train_cfg.max_iters=$ITERS" "train_cfg.val_interval=$ITERS" \
         model.decode_head.norm_cfg.type=SyncBN
     if [ -f "$wd/iter_$ITERS.pth" ]; then
         PORT=${PORT:-29519} step dist_test_2gpu_segformer 120 bash tools/dist_test.sh \
@@ -185,19 +255,18 @@ else
     skip dist_train_2gpu_segformer_syncbn "$NGPU GPU"
 fi
 
-# 2. the race against HF transformers on the same GPU (its own budget: ~4 minutes)
-# (the first lease measured the three default models in TF32 / bf16: docs/benchmarks.md; this
-# adds Conditional / DAB-DETR and fp16, the rows cut by the budget where time runs out)
-step bench_gpu_peers 300 "$PY" benchmarks/bench_gpu_peers.py --budget-s 200 \
-    --models segformer detr deformable_detr conditional_detr dab_detr \
-    --precisions tf32 bf16 fp16 --json "$OUT/bench_gpu_peers.json" --profile-dir "$OUT/profiles"
+# 2. on a quiet GPU: the peak memory of a ViT-L/16 1024 x 1024 training step (checkpointing,
+# windowed against global attention), then the race against HF transformers (the earlier
+# leases measured SegFormer, DETR and Deformable DETR in TF32 / bf16: docs/benchmarks.md; this
+# puts fp16 and Conditional / DAB-DETR first, the rows past the budget left out)
+step bench_vit_train_memory 150 "$PY" benchmarks/bench_vit_train_memory.py \
+    --json "$OUT/bench_vit_train_memory.json"
+budget=$(($(allowed 300) - 60))
+[ "$budget" -gt 200 ] && budget=200
+step bench_gpu_peers 300 "$PY" benchmarks/bench_gpu_peers.py --budget-s "$budget" \
+    --models conditional_detr dab_detr deformable_detr detr segformer \
+    --precisions fp16 tf32 bf16 --json "$OUT/bench_gpu_peers.json" --profile-dir "$OUT/profiles"
 
-# 3. the tests whose code path changes when CUDA is present (pytest.ini: cuda_path), then the
-# rest of the suite, in parallel, as far as time allows
-# -v: one line per test as it ends, so a step cut by its limit still names what failed
-XDIST=(-v -p no:cacheprovider)
-if "$PY" -c 'import xdist' 2>/dev/null; then XDIST+=(-n "${PYTEST_WORKERS:-8}"); fi
-if "$PY" -c 'import pytest_timeout' 2>/dev/null; then XDIST+=(--timeout 300); fi
-step pytest_cuda_path 600 "$PY" -m pytest -q -m cuda_path "${XDIST[@]}"
+# 3. the rest of the suite, in parallel, as far as time allows
 step pytest_rest 900 "$PY" -m pytest -q -m 'not cuda_path' "${XDIST[@]}"
 summary
