@@ -42,7 +42,7 @@ import torch
 from densevit.models.backbones.vit import VisionTransformer
 from densevit.utils.provenance import add_json_argument, write_result
 
-GLOBAL_BLOCKS = {'B': (2, 5, 8, 11), 'L': (5, 11, 17, 23), 'H': (7, 15, 23, 31)}
+GLOBAL_BLOCKS = {'Ti': (2, 5, 8, 11), 'S': (2, 5, 8, 11), 'B': (2, 5, 8, 11), 'L': (5, 11, 17, 23), 'H': (7, 15, 23, 31)}
 
 
 def build(arch, size, variant):

@@ -1,4 +1,5 @@
 """Run an exported graph with ONNX Runtime, after checking it is the graph expected."""
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +98,17 @@ class OnnxGraph:
         options.add_session_config_entry('session.intra_op.allow_spinning', '0')
         self.path, self.task = str(path), task
         self.input_names, self.output_names = EXPECTED[task]
-        self.session = ort.InferenceSession(str(path), options, providers=list(providers))
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=list(providers))
+        except Exception as e:  # noqa: BLE001  (ONNX Runtime raises its own Fail type)
+            found = re.search(r'Unsupported model IR version: (\d+), max supported IR version: '
+                              r'(\d+)', str(e))
+            if not found:
+                raise
+            raise OnnxGraphError(
+                f'densevit.deploy: {path} has ONNX IR version {found[1]}, newer than this '
+                f'onnxruntime {ort.__version__} reads (at most {found[2]}): upgrade onnxruntime, '
+                f'or export with an onnx package as old as it') from None
 
     def __call__(self, *tensors):
         feed = {}

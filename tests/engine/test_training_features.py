@@ -88,9 +88,9 @@ def test_ema_weights_are_kept_and_used_for_validation(train_tool, tmp_path):
         assert train_tool.main([config, '--work-dir', str(tmp_path / 'w'), '--cfg-options',
                                 *unique_names()]) == 0
     work = tmp_path / 'w'
-    ckpt = torch.load(work / 'iter_4.pth', weights_only=True)
-    raw = torch.load(work / 'train_params.pth', weights_only=True)
-    at_val = torch.load(work / 'val_params.pth', weights_only=True)
+    ckpt = torch.load(work / 'iter_4.pth', map_location='cpu', weights_only=True)
+    raw = torch.load(work / 'train_params.pth', map_location='cpu', weights_only=True)
+    at_val = torch.load(work / 'val_params.pth', map_location='cpu', weights_only=True)
     # mmengine's EMAHook: 'state_dict' holds the averaged weights, 'ema_state_dict' the raw
     ema = ckpt['state_dict']
     assert {'module.' + k for k in raw} <= set(ckpt['ema_state_dict'])

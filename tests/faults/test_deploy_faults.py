@@ -13,7 +13,7 @@ ort = pytest.importorskip('onnxruntime')
 from densevit.deploy.runtime import OnnxGraph, OnnxGraphError, check_fixed_batch  # noqa: E402
 
 
-def seg_graph(path, batch, size=8, classes=4):
+def seg_graph(path, batch, size=8, classes=4, ir_version=8):
     """A segmentor graph as densevit's (input ``inputs``, output ``seg_logits``, opset 18): a
     1x1 convolution to ``classes`` logits; ``batch`` an int (fixed) or a name (dynamic)."""
     from onnx import TensorProto, helper, numpy_helper
@@ -25,7 +25,10 @@ def seg_graph(path, batch, size=8, classes=4):
         [helper.make_tensor_value_info('inputs', TensorProto.FLOAT, [batch, 3, size, size])],
         [helper.make_tensor_value_info('seg_logits', TensorProto.FLOAT,
                                        [batch, classes, size, size])], [weight])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 18)])
+    # IR version 8, opset 18's (onnx.helper.VERSION_TABLE): make_model would write the installed
+    # onnx's newest, which an older onnxruntime refuses to load (onnx 1.23: IR 14, ORT 1.30: 13)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 18)],
+                              ir_version=ir_version)
     onnx.save(model, str(path))
     return path
 
@@ -55,6 +58,14 @@ def test_a_fixed_batch_graph_is_checked_against_every_test_batch(tmp_path):
     dynamic = OnnxGraph(seg_graph(tmp_path / 'dynamic.onnx', 'batch'), 'seg')
     check_fixed_batch(dynamic, 2, 5)
     assert dynamic(torch.zeros(1, 3, 8, 8)).shape == (1, 4, 8, 8)
+
+
+def test_a_graph_newer_than_onnxruntime_is_one_error(tmp_path):
+    path = seg_graph(tmp_path / 'new.onnx', 2, ir_version=99)
+    with pytest.raises(OnnxGraphError) as info:
+        OnnxGraph(path, 'seg')
+    assert str(info.value).startswith(f'densevit.deploy: {path} has ONNX IR version 99, newer '
+                                      f'than this onnxruntime {ort.__version__} reads (at most ')
 
 
 def test_test_tool_refuses_a_fixed_batch_graph_before_testing(tmp_path, capsys):

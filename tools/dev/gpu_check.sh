@@ -196,7 +196,7 @@ train_and_test() {
 }
 
 lane_tests() {
-    step pytest_cuda_path 600 "$PY" -m pytest -q -m cuda_path "${XDIST[@]}"
+    step pytest_cuda_path 600 "$PY" -m pytest -rfE -m cuda_path "${XDIST[@]}"
 }
 
 lane_quickstarts() {
@@ -268,5 +268,5 @@ step bench_gpu_peers 300 "$PY" benchmarks/bench_gpu_peers.py --budget-s "$budget
     --precisions fp16 tf32 bf16 --json "$OUT/bench_gpu_peers.json" --profile-dir "$OUT/profiles"
 
 # 3. the rest of the suite, in parallel, as far as time allows
-step pytest_rest 900 "$PY" -m pytest -q -m 'not cuda_path' "${XDIST[@]}"
+step pytest_rest 900 "$PY" -m pytest -rfE -m 'not cuda_path' "${XDIST[@]}"
 summary
