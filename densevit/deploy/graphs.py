@@ -15,16 +15,22 @@ SEG_INPUTS = ('inputs',)
 SEG_OUTPUTS = ('seg_logits',)
 DET_INPUTS = ('inputs', 'pixel_mask')
 DET_OUTPUTS = ('pred_logits', 'pred_boxes')
+MASK_INPUTS = ('inputs',)
+MASK_OUTPUTS = ('class_logits', 'mask_logits')
 
 
 def task_of(model):
-    """'seg' for an ``EncoderDecoder``-like model, 'det' for ``DETR`` / ``DeformableDETR``."""
+    """'seg' for an ``EncoderDecoder``-like model, 'det' for ``DETR`` / ``DeformableDETR``,
+    'mask' for a mask classifier (``EoMT``: a class and a mask per query)."""
+    if hasattr(model, 'query_embed') and hasattr(model, 'predictions'):
+        return 'mask'
     if hasattr(model, 'decode_head') and hasattr(model, 'encode_decode'):
         return 'seg'
     if hasattr(model, 'bbox_head') and hasattr(model, 'feature_mask'):
         return 'det'
     raise TypeError(f'densevit.deploy: cannot export {type(model).__name__}: only segmentors '
-                    f'(EncoderDecoder) and detectors (DETR, DeformableDETR) have an ONNX graph')
+                    f'(EncoderDecoder), detectors (DETR, DeformableDETR) and mask classifiers (EoMT) '
+                    f'have an ONNX graph')
 
 
 class SegmentorGraph(nn.Module):
@@ -70,7 +76,32 @@ class DetectorGraph(nn.Module):
         return torch.randn(batch, 3, *size), mask
 
 
+class MaskClassifierGraph(nn.Module):
+    """inputs [B, 3, H, W] -> class_logits [B, Q, K+1], mask_logits [B, Q, h, w]: the final
+    prediction set of ``EoMT.predictions`` without masked attention (inference); masks at the
+    mask module's resolution (h, w = the patch grid x 2 ** upscaling blocks). The semantic,
+    panoptic and instance outputs are the model's post-processing of these two."""
+
+    input_names, output_names = MASK_INPUTS, MASK_OUTPUTS
+
+    def __init__(self, model):
+        super().__init__()
+        if model.test_cfg.get('masked_attention'):
+            raise ValueError('densevit.deploy: test_cfg.masked_attention=True draws random '
+                             'numbers at inference; a graph is exported without it (set it to '
+                             'False: a trained model has annealed it away)')
+        self.model = model
+
+    def forward(self, inputs):
+        masks, classes = self.model.predictions(inputs, masked=False)
+        return classes[-1], masks[-1]
+
+    def example_inputs(self, batch=2, size=(64, 64)):
+        return (torch.randn(batch, 3, *size),)
+
+
 def graph_for(model):
     """The exportable module of ``model`` (in eval mode)."""
-    graph = dict(seg=SegmentorGraph, det=DetectorGraph)[task_of(model)](model)
+    graphs = dict(seg=SegmentorGraph, det=DetectorGraph, mask=MaskClassifierGraph)
+    graph = graphs[task_of(model)](model)
     return graph.eval()

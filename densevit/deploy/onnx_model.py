@@ -2,7 +2,7 @@
 
 :class:`OnnxRuntimeModel` keeps the PyTorch model's data preprocessor (normalise, pad,
 record ``img_shape``) and post-processing (``EncoderDecoder.postprocess``,
-``DETR.postprocess``), and replaces only the network by an exported graph, so that
+``DETR.postprocess``, ``EoMT.postprocess``), and replaces only the network by an exported graph, so that
 ``test_step`` (mmengine's contract: data preprocessor, then ``forward(mode='predict')``)
 fills the same ``DataSample`` fields and a Runner's dataset, pipeline and metric are
 unchanged. Like the PyTorch models, ``test_step`` runs each group of same-size images of
@@ -33,6 +33,9 @@ class OnnxRuntimeModel(SizeGroupedPredict, BaseModel):
         self.task = task_of(model)
         self.torch_model = model.eval()
         self.onnx_file = str(onnx_file)
+        if self.task == 'mask' and model.test_cfg['mode'] != 'whole':
+            raise ValueError("densevit.deploy: the mask classifier's ONNX graph runs whole "
+                             f"images; the config's test_cfg.mode is {model.test_cfg['mode']!r}")
         self.graph = OnnxGraph(onnx_file, self.task, threads=threads)
 
     def seg_logits(self, inputs):
@@ -48,7 +51,13 @@ class OnnxRuntimeModel(SizeGroupedPredict, BaseModel):
         """``mode='predict'``: DataSamples as the PyTorch model's ``predict`` fills them;
         ``mode='tensor'``: the graph's raw outputs."""
         m = self.torch_model
-        if self.task == 'seg':
+        if self.task == 'mask':
+            if mode == 'tensor':
+                return self.graph(inputs)
+            if mode == 'predict':
+                return m.postprocess(*reversed(self.graph(inputs)), data_samples,
+                                     tuple(inputs.shape[-2:]))
+        elif self.task == 'seg':
             if mode == 'tensor':
                 return self.seg_logits(inputs)
             if mode == 'predict':

@@ -6,9 +6,11 @@ import numpy as np
 import torch
 
 from .export import MIN_OPSET
-from .graphs import DET_INPUTS, DET_OUTPUTS, SEG_INPUTS, SEG_OUTPUTS
+from .graphs import DET_INPUTS, DET_OUTPUTS, MASK_INPUTS, MASK_OUTPUTS, SEG_INPUTS, SEG_OUTPUTS
 
-EXPECTED = dict(seg=(SEG_INPUTS, SEG_OUTPUTS), det=(DET_INPUTS, DET_OUTPUTS))
+EXPECTED = dict(seg=(SEG_INPUTS, SEG_OUTPUTS), det=(DET_INPUTS, DET_OUTPUTS),
+                mask=(MASK_INPUTS, MASK_OUTPUTS))
+KINDS = dict(seg='segmentor', det='detector', mask='mask classifier')
 
 
 class OnnxGraphError(ValueError):
@@ -17,7 +19,7 @@ class OnnxGraphError(ValueError):
 
 def check_onnx_file(path, task):
     """Raise :class:`OnnxGraphError` unless the file at ``path`` has the input / output
-    names of a ``task`` ('seg' or 'det') graph and an opset >= ``MIN_OPSET``."""
+    names of a ``task`` ('seg', 'det' or 'mask') graph and an opset >= ``MIN_OPSET``."""
     import onnx
 
     path = Path(path)
@@ -31,7 +33,7 @@ def check_onnx_file(path, task):
     inputs, outputs = EXPECTED[task]
     got_in = tuple(i.name for i in proto.graph.input)
     got_out = tuple(o.name for o in proto.graph.output)
-    kind = 'segmentor' if task == 'seg' else 'detector'
+    kind = KINDS[task]
     if got_in != inputs or got_out[:len(outputs)] != outputs:
         raise OnnxGraphError(
             f'densevit.deploy: {path} has inputs {list(got_in)} and outputs {list(got_out)}, '
@@ -83,6 +85,8 @@ class OnnxGraph:
 
     ``graph(inputs)`` (segmentation) -> seg_logits [B, K, H, W];
     ``graph(inputs, pixel_mask)`` (detection) -> (pred_logits [B, Q, C], pred_boxes [B, Q, 4]);
+    ``graph(inputs)`` (mask classification) -> (class_logits [B, Q, K+1], mask_logits
+    [B, Q, h, w]);
     torch tensors in and out (on the CPU).
     """
 

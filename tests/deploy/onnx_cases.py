@@ -3,7 +3,7 @@
 
 One export per backbone of the matrix, each with ONE head, and every head (SETR Naive / PUP /
 MLA, SegFormer, DETR, Deformable DETR plain / with box refinement / refinement + two-stage,
-Plain-DETR, Conditional DETR, DAB-DETR)
+Plain-DETR, Conditional DETR, DAB-DETR, EoMT's mask classification)
 and the simple feature pyramid on at least one backbone: not the full product, which would
 take an export per cell (the export, tracing with symbolic sizes, is what these tests spend
 their time on). ``ROWS`` names each row's (matrix backbone, head):
@@ -28,6 +28,7 @@ plain_detr_vit                                ViT, learned 1D PE, no class token
                                                                                   two-stage)
 conditional_detr_resnet50                     ResNet-50                           Conditional DETR
 dab_detr_swin                                 Swin, shift decided by size         DAB-DETR
+eomt_vit                                      ViT, registers, layer scale         EoMT
 ============================================  ==================================  ==================
 
 ``segformer_mit`` and ``detr_vit`` are the tiny trained checkpoints of the session
@@ -165,6 +166,15 @@ MODEL_CFGS = {
         bbox_head=_conditional_head('ConditionalDETRHead')),
     'dab_detr_swin': lambda: dict(type='DETR', backbone=dict(SWIN, out_indices=(3,)),
                                   bbox_head=_conditional_head('DABDETRHead')),
+    # EoMT's DINOv2-style ViT (registers, layer scale large enough to matter), queries in
+    # the last of 2 blocks, all three outputs (2 thing classes, 1 stuff; thresholds that
+    # random weights pass, so that the panoptic map has segments)
+    'eomt_vit': lambda: dict(
+        type='EoMT', num_queries=6, num_blocks=1, num_things_classes=2,
+        backbone=dict(VIT, num_register_tokens=2, layer_scale_init_value=0.5),
+        decode_head=dict(type='EoMTHead', num_classes=K),
+        test_cfg=dict(panoptic_on=True, instance_on=True, object_threshold=0.2,
+                      overlap_threshold=0.5)),
 }
 #: name -> (backbone as tests/integration/test_backbone_head_matrix.py names it, head)
 ROWS = {
@@ -183,9 +193,11 @@ ROWS = {
     'plain_detr_vit': ('vit', 'plain_detr'),
     'conditional_detr_resnet50': ('resnet50', 'conditional_detr'),
     'dab_detr_swin': ('swin', 'dab_detr'),
+    'eomt_vit': ('vit (registers, layer scale)', 'eomt'),
 }
 DET = [n for n in MODEL_CFGS if 'detr' in n]
-SEG = [n for n in MODEL_CFGS if n not in DET]
+MASK = ['eomt_vit']
+SEG = [n for n in MODEL_CFGS if n not in DET + MASK]
 #: rows whose model is a tiny trained checkpoint of the session: name -> its kind
 TRAINED = {'segformer_mit': 'seg', 'detr_vit': 'det'}
 

@@ -81,3 +81,18 @@ def test_old_opset_and_foreign_files_are_refused(exported, tmp_path):
         check_onnx_file(tmp_path / 'junk.onnx', 'seg')
     with pytest.raises(OnnxGraphError, match='no such ONNX file'):
         check_onnx_file(tmp_path / 'missing.onnx', 'seg')
+
+
+def test_eomt_with_masked_attention_at_inference_is_refused(tmp_path):
+    """EoMT's test_cfg.masked_attention draws random numbers: no graph is exported for it,
+    and slide mode (semantic windows) is refused by the ONNX Runtime model."""
+    from densevit.deploy.graphs import graph_for
+
+    model = build('eomt_vit')
+    model.test_cfg['masked_attention'] = True
+    with pytest.raises(ValueError, match=r'^densevit.deploy: test_cfg.masked_attention=True '):
+        graph_for(model)
+    model.test_cfg.update(masked_attention=False, mode='slide')
+    with pytest.raises(ValueError, match=r"runs whole images; the config's test_cfg.mode is "
+                                         r"'slide'$"):
+        OnnxRuntimeModel(model, tmp_path / 'unused.onnx')

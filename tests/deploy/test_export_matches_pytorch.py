@@ -8,7 +8,7 @@ head (and Deformable DETR's box refinement and two-stage) on some backbone; the 
 list checks the cover (``test_rows_cover_the_backbone_head_matrix``)."""
 import pytest
 import torch
-from onnx_cases import DET, ROWS, SEG
+from onnx_cases import DET, MASK, ROWS, SEG
 
 from densevit.deploy.graphs import graph_for
 from densevit.deploy.onnx_model import OnnxRuntimeModel
@@ -25,18 +25,22 @@ def _inputs(B, H, W, seed=1):
     return torch.randn(B, 3, H, W, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize('name', SEG + DET)
+def _task(name):
+    return 'seg' if name in SEG else 'det' if name in DET else 'mask'
+
+
+@pytest.mark.parametrize('name', SEG + DET + MASK)
 def test_graph_outputs_equal_at_three_sizes(exported, name):
     model, path = exported(name)
-    task = 'seg' if name in SEG else 'det'
+    task = _task(name)
     ort_graph, torch_graph = OnnxGraph(path, task), graph_for(model)
     for B, H, W in SIZES:
         x = _inputs(B, H, W)
-        args = (x,) if task == 'seg' else (x, torch.zeros(B, H, W, dtype=torch.bool))
+        args = (x, torch.zeros(B, H, W, dtype=torch.bool)) if task == 'det' else (x,)
         with torch.no_grad():
             ref = torch_graph(*args)
         got = ort_graph(*args)
-        ref, got = (ref, got) if task == 'det' else ((ref,), (got,))
+        ref, got = ((ref,), (got,)) if task == 'seg' else (ref, got)
         for r, g in zip(ref, got, strict=True):
             assert g.shape == r.shape, (name, (B, H, W))
             diff = (g - r).abs().max().item()
@@ -63,7 +67,7 @@ def _fresh(samples):
     return [DataSample(metainfo=dict(ds.metainfo)) for ds in samples]
 
 
-@pytest.mark.parametrize('name', SEG + DET)
+@pytest.mark.parametrize('name', SEG + DET + MASK)
 def test_padded_batch_predictions_equal(exported, name):
     model, path = exported(name)
     onnx_model = OnnxRuntimeModel(model, path)
@@ -72,7 +76,12 @@ def test_padded_batch_predictions_equal(exported, name):
         ref = model(x, _fresh(samples), mode='predict')
     got = onnx_model(x, _fresh(samples), mode='predict')
     for r, g in zip(ref, got, strict=True):
-        if name in SEG:
+        if name in MASK:  # semantic, panoptic and instance outputs of the same post-processing
+            assert torch.equal(g.pred_panoptic_seg.sem_seg, r.pred_panoptic_seg.sem_seg)
+            rp, gp = r.pred_instances, g.pred_instances
+            assert torch.equal(gp.labels, rp.labels) and torch.equal(gp.masks, rp.masks)
+            assert (gp.scores - rp.scores).abs().max() <= TOL
+        if name in SEG + MASK:
             assert g.seg_logits.data.shape == r.seg_logits.data.shape
             assert r.seg_logits.data.shape[1:] == r.ori_shape
             assert (g.seg_logits.data - r.seg_logits.data).abs().max() <= TOL
@@ -110,7 +119,7 @@ def test_rows_cover_the_backbone_head_matrix():
     assert {h for _, h in matrix.COMBOS} <= heads, 'a matrix head has no ONNX row'
     assert {'deformable_detr', 'deformable_detr (refine)',
             'deformable_detr (refine, two-stage)'} <= heads
-    assert set(ROWS) == set(SEG + DET)
+    assert set(ROWS) == set(SEG + DET + MASK)
 
 
 def test_swin_mask_traced_at_one_window_holds_at_more(tmp_path):

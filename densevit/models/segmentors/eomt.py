@@ -295,9 +295,14 @@ class EoMT(SizeGroupedPredict, BaseModel):
         if self.test_cfg['mode'] == 'slide':
             return self._predict_slide(inputs, data_samples)
         masks, classes = self.predictions(inputs, self._masked())
-        # resized and post-processed in float32 at least, autocast off (bf16 inference)
-        run_in_fp32(self._postprocess_batch, masks[-1], classes[-1], data_samples,
-                    tuple(inputs.shape[-2:]))
+        return self.postprocess(masks[-1], classes[-1], data_samples, tuple(inputs.shape[-2:]))
+
+    def postprocess(self, mask_logits, class_logits, data_samples, size):
+        """The final prediction set -- mask logits [B, Q, h, w], class logits [B, Q, K+1],
+        from PyTorch or an exported graph -- into each data sample's outputs; ``size`` is the
+        padded input's (H, W). Resized and post-processed in float32 at least, autocast off
+        (bf16 inference). Returns ``data_samples``."""
+        run_in_fp32(self._postprocess_batch, mask_logits, class_logits, data_samples, size)
         return data_samples
 
     def _postprocess_batch(self, masks, classes, data_samples, size):
