@@ -20,6 +20,7 @@ from mmengine.registry import DefaultScope
 
 from densevit.apis import inference, init_model
 from densevit.registry import VISUALIZERS
+from densevit.visualization.sample_drawing import KINDS
 
 IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp')
 VIDEO_EXTS = ('.mp4', '.avi', '.mov', '.mkv', '.webm', '.mpg', '.mpeg')
@@ -51,12 +52,12 @@ def build_visualizer(model):
 def draw(visualizer, image_bgr, sample, score_thr):
     """Predictions of ``sample`` drawn over ``image_bgr``; returns BGR uint8."""
     rgb = image_bgr[..., ::-1].copy()
-    if 'pred_instances' in sample:
-        drawn = visualizer.draw_instances(rgb, sample.pred_instances, score_thr=score_thr)
-    elif 'pred_sem_seg' in sample:
-        drawn = visualizer.draw_sem_seg(rgb, sample.pred_sem_seg)
-    else:
-        raise KeyError('the model returned neither pred_instances nor pred_sem_seg')
+    if not any(k in sample for k in ('pred_instances', 'pred_sem_seg', 'pred_panoptic_seg')):
+        raise KeyError('the model returned none of pred_instances, pred_sem_seg and '
+                       'pred_panoptic_seg')
+    # the richest drawing the prediction holds: panoptic segments, instance masks, boxes or
+    # the class map, at the image's own size
+    drawn = visualizer.draw_panel(rgb, sample, 'pred', KINDS[-1], score_thr)
     return drawn[..., ::-1]
 
 

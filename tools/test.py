@@ -41,9 +41,12 @@ def parse_args(argv=None):
     p.add_argument('--work-dir', help='where logs and metrics go')
     p.add_argument('--out', help='dump the raw predictions to this .pkl file')
     add_json_argument(p, 'the metrics, with the config, checkpoint and options of the run')
-    p.add_argument('--show-dir', help='write a PNG per image with its predictions to '
-                   'WORK_DIR/TIMESTAMP/SHOW_DIR')
-    p.add_argument('--score-thr', type=float, default=0.3, help='drawing threshold for --show-dir')
+    p.add_argument('--show-dir', help='write a PNG per image, ground truth | prediction, to '
+                   'WORK_DIR/TIMESTAMP/SHOW_DIR: panoptic segments, else instance masks, else '
+                   'boxes or class maps, whichever the predictions hold; images under 512 px '
+                   'a side drawn enlarged')
+    p.add_argument('--score-thr', type=float, default=0.3,
+                   help='drawing threshold for --show-dir (boxes, instance masks)')
     p.add_argument('--tta', action='store_true',
                    help='test-time augmentation: the config\'s tta_model / tta_pipeline, or '
                         'the defaults (segmentation: scales 0.5-1.75 x flip, probabilities '

@@ -41,8 +41,9 @@ def gt_in_original_image(data_sample):
 @HOOKS.register_module(name=['PredictionVisualizationHook', 'DetVisualizationHook',
                              'SegVisualizationHook'])
 class PredictionVisualizationHook(Hook):
-    """Draw gt | pred of validation and test images: boxes or class maps, whichever the
-    runner's visualizer draws (``DetLocalVisualizer``, ``SegLocalVisualizer``).
+    """Draw gt | pred of validation and test images: boxes, instance masks, panoptic segments
+    or class maps, whichever the prediction holds and the runner's visualizer draws
+    (``DetLocalVisualizer``, ``SegLocalVisualizer``).
 
     Registered also as ``DetVisualizationHook`` and ``SegVisualizationHook``, the names
     MMDetection and MMSegmentation configs use; the hook itself is the same for both

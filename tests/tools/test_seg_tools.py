@@ -4,6 +4,8 @@ import pickle
 
 import cv2
 
+from densevit.visualization.enlarge import enlarge_factor
+
 from tiny_run import isolated, load_tool, scalar_records, unique_names, write_seg_config
 
 
@@ -38,4 +40,5 @@ def test_train_then_test_with_show_dir(tmp_path):
     assert all(p['pred_sem_seg']['data'].shape == (1, h, w) for p in preds)
     pngs = sorted((tmp_path / 'test').glob('*/show/*.png'))
     assert len(pngs) == num_val
-    assert cv2.imread(str(pngs[0])).shape == (h, 2 * w, 3)  # gt | pred
+    s = enlarge_factor((h, w))  # gt | pred, small images enlarged, each pixel s x s
+    assert cv2.imread(str(pngs[0])).shape == (h * s, 2 * w * s, 3)

@@ -6,6 +6,8 @@ import cv2
 import pytest
 import torch
 
+from densevit.visualization.enlarge import enlarge_factor
+
 from tiny_run import isolated, load_tool, scalar_records, train_losses, unique_names, write_config
 
 MAX_ITERS = 4
@@ -90,9 +92,11 @@ def test_test_tool_dumps_predictions_and_draws(trained, test_tool, tmp_path):
     assert all((log_dir / 'show' / name).stat().st_size > 0 for name in pngs)
 
     # the test metrics are logged too
-    # drawn as ground truth | prediction, side by side
+    # drawn as ground truth | prediction, side by side, enlarged (each pixel a block of
+    # s x s: the shorter side at least 512 pixels)
     img = cv2.imread(str(log_dir / 'show' / pngs[0]))
-    assert img.shape == (48, 96, 3)
+    s = enlarge_factor((48, 48))
+    assert img.shape == (48 * s, 96 * s, 3) and 48 * s >= 512
 
     # test metrics go to <work_dir>/<timestamp>/<timestamp>.json
     metrics = json.loads((log_dir / f'{log_dir.name}.json').read_text())

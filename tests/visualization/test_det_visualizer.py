@@ -10,6 +10,7 @@ from mmengine.structures import InstanceData
 from densevit.engine.visualization_hook import gt_in_original_image
 from densevit.registry import HOOKS, VISUALIZERS
 from densevit.structures import DataSample
+from densevit.visualization.enlarge import enlarge, enlarge_factor
 
 H, W = 120, 160
 
@@ -39,16 +40,18 @@ def test_draws_gt_and_pred_side_by_side(tmp_path):
     vis.add_datasample('sample', img, make_sample(), out_file=out_file, pred_score_thr=0.3)
     assert osp.isfile(out_file)
     drawn = mmcv.imread(out_file, channel_order='rgb')
-    assert drawn.shape == (H, 2 * W, 3)
-    gt, pred = drawn[:, :W], drawn[:, W:]
+    # drawn enlarged: each pixel a block of S x S (boxes in the enlarged pixels)
+    S = enlarge_factor((H, W))
+    assert S == 5 and drawn.shape == (H * S, 2 * W * S, 3)
+    gt, pred, big = drawn[:, :W * S], drawn[:, W * S:], enlarge(img, S)
     # Left edge of the first gt box (x=10), below its label; right edge of the second.
-    assert (gt[30:45, 9:12] != img[30:45, 9:12]).any(axis=-1).all()
-    assert (gt[85:105, 149:152] != img[85:105, 149:152]).any(axis=-1).all()
-    assert (pred[35:48, 11:14] != img[35:48, 11:14]).any(axis=-1).all()
+    assert (gt[150:225, 49:52] != big[150:225, 49:52]).any(axis=-1).all()
+    assert (gt[425:525, 749:752] != big[425:525, 749:752]).any(axis=-1).all()
+    assert (pred[175:240, 59:62] != big[175:240, 59:62]).any(axis=-1).all()
     # Far from every box: untouched; the low-score prediction (x 20..50, y 70..100) too.
-    assert (gt[100:118, 2:8] == img[100:118, 2:8]).all()
-    assert (pred[0:8, 100:155] == img[0:8, 100:155]).all()
-    assert (pred[80:95, 19:22] == img[80:95, 19:22]).all()
+    assert (gt[500:590, 10:40] == big[500:590, 10:40]).all()
+    assert (pred[0:40, 500:775] == big[0:40, 500:775]).all()
+    assert (pred[400:475, 99:102] == big[400:475, 99:102]).all()
 
 
 def test_gt_rescaled_and_unflipped_to_original_image():
@@ -73,7 +76,8 @@ def test_hook_writes_show_dir(tmp_path):
     runner = SimpleNamespace(work_dir=str(tmp_path), timestamp='20240101_000000', iter=0)
     hook.after_test_iter(runner, 0, dict(inputs=[torch.zeros(3, H, W)]), [sample])
     out_file = tmp_path / '20240101_000000' / 'show' / 'img_0001.jpg'
-    assert mmcv.imread(str(out_file)).shape == (H, 2 * W, 3)
+    S = enlarge_factor((H, W))  # a small image is drawn enlarged
+    assert mmcv.imread(str(out_file)).shape == (H * S, 2 * W * S, 3)
 
 
 def test_boxes_on_the_border_draw_without_warnings(recwarn):

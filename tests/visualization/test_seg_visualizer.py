@@ -5,6 +5,7 @@ import torch
 from mmengine.structures import PixelData
 
 from densevit.structures import DataSample
+from densevit.visualization.enlarge import enlarge_factor
 from densevit.visualization.seg_visualizer import SegLocalVisualizer
 
 
@@ -35,5 +36,6 @@ def test_add_datasample_writes_gt_beside_pred(tmp_path):
     out = tmp_path / 'x.png'
     vis.add_datasample('x', image, ds, out_file=str(out), pred_score_thr=0.3)
     drawn = cv2.imread(str(out))[..., ::-1]
-    assert drawn.shape == (4, 10, 3)
-    assert (drawn[:, :5] == [255, 0, 0]).all() and (drawn[:, 5:] == [0, 0, 255]).all()
+    s = enlarge_factor((4, 5))  # a small image is drawn enlarged, each pixel an s x s block
+    assert drawn.shape == (4 * s, 10 * s, 3)
+    assert (drawn[:, :5 * s] == [255, 0, 0]).all() and (drawn[:, 5 * s:] == [0, 0, 255]).all()
