@@ -1,0 +1,27 @@
+"""``benchmarks/bench_eomt.py --tiny`` end to end: the HF pair agrees before it is timed, both
+steps are timed, both loss variants are measured in their own processes, the JSON keeps it."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_tiny_run_writes_speed_and_memory(tmp_path):
+    pytest.importorskip('transformers')
+    out = tmp_path / 'eomt.json'
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS='1')
+    run = subprocess.run([sys.executable, 'benchmarks/bench_eomt.py', '--tiny', '--repeats', '1',
+                          '--json', str(out)], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    r = json.loads(out.read_text())['results']
+    assert r['speed']['max_rel_err'] <= 1e-4
+    for step in ('inference', 'training'):
+        assert r['speed'][step]['densevit_ms'] > 0 and r['speed'][step]['hf_ms'] > 0
+    assert set(r['memory']) == {'points', 'full_resolution'}
+    assert all(m['seconds'] > 0 for m in r['memory'].values())
