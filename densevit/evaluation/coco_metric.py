@@ -178,7 +178,11 @@ class CocoMetric(BaseMetric):
 
     def _cat_ids(self):
         """Category id of each label (None: ``label + 1``); also the categories evaluated."""
-        meta_ids = (self.dataset_meta or {}).get('cat_ids')
+        meta = self.dataset_meta or {}
+        meta_ids = meta.get('cat_ids')
+        if meta_ids is not None and meta.get('thing_classes') is not None:
+            # panoptic data (things first): the instances, and an instances file, are things
+            meta_ids = list(meta_ids)[:len(meta['thing_classes'])]
         if self.coco_gt is not None:
             return label_cat_ids(meta_ids, sorted(self.coco_gt.getCatIds()), self.ann_file)
         if meta_ids is not None:

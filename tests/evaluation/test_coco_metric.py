@@ -131,13 +131,15 @@ def test_registry_prefix_and_dict_inputs(coco):
     assert got == {f'coco/{k}': v for k, v in want.items()}
 
 
+def first_two_labels(preds):
+    """The predictions of labels 0 and 1 only."""
+    return {img_id: {k: v[p['labels'] < 2] for k, v in p.items()} for img_id, p in preds.items()}
+
+
 def test_dataset_class_subset(coco):
     """CocoDataset(metainfo=dict(classes=...)) keeps a subset: labels index its cat_ids."""
     ann_file, _, preds = coco
-    subset = {}
-    for img_id, p in preds.items():
-        keep = p['labels'] < 2
-        subset[img_id] = {k: v[keep] for k, v in p.items()}
+    subset = first_two_labels(preds)
     metric = CocoMetric(ann_file=ann_file)
     metric.dataset_meta = dict(classes=('cat1', 'cat9'), cat_ids=(1, 9))
     assert run(metric, samples(subset)) == reference_stats(ann_file, subset, cat_ids=[1, 9])
@@ -145,6 +147,18 @@ def test_dataset_class_subset(coco):
     metric.dataset_meta = dict(classes=('x',), cat_ids=(4,))
     with pytest.raises(ValueError, match='4'):
         run(metric, samples(subset))
+
+
+def test_panoptic_dataset_meta_evaluates_its_things(coco):
+    """A panoptic dataset's meta lists things then stuff (cat_ids of both); its instances
+    file holds the things: labels 0..T-1 are the things' ids, the stuff ids are not asked
+    of the file (they were refused as unknown categories)."""
+    ann_file, _, preds = coco
+    subset = first_two_labels(preds)
+    metric = CocoMetric(ann_file=ann_file)
+    metric.dataset_meta = dict(classes=('cat1', 'cat9', 'sky', 'grass'), cat_ids=(1, 9, 91, 92),
+                               thing_classes=('cat1', 'cat9'), stuff_classes=('sky', 'grass'))
+    assert run(metric, samples(subset)) == reference_stats(ann_file, subset, cat_ids=[1, 9])
 
 
 def test_duplicates_are_dropped(coco):
