@@ -134,11 +134,15 @@ def budget_options(config, max_iters):
 
 def position(config):
     """(row, column) of ``config`` in the table: its ViT's position-embedding type and
-    placement ('none' in the stem column), or (row name, '') without a ``pos_embed``."""
+    placement ('none' in the stem column), or (row name, '') without a ``pos_embed``. RoPE's
+    other convention and RoPE-Mixed are rows of their own ('rope dinov3', 'rope mixed')."""
     backbone = Config.fromfile(config).model.get('backbone') or {}
     if 'pos_embed' not in backbone:
         return row_name(config), ''
-    pe_type, placement, _ = parse_position_embedding_cfg(backbone['pos_embed'])
+    pe_type, placement, options = parse_position_embedding_cfg(backbone['pos_embed'])
+    if pe_type == 'rope':  # its variants are rows of their own: 'rope dinov3', 'rope mixed'
+        variant = [options['convention']] if options.get('convention', 'eva02') != 'eva02' else []
+        pe_type = ' '.join([pe_type, *variant, *(['mixed'] if options.get('mixed') else [])])
     return pe_type, placement or 'stem'
 
 

@@ -144,3 +144,17 @@ def test_a_run_recording_another_config_is_refused(tmp_path, capsys, recorded_in
     err = capsys.readouterr().err
     assert 'run_seeds.py: refused' in err and 'other.py' in err
     assert os.path.realpath(given) in err and sorted(work.iterdir()) == before
+
+
+def test_rope_variants_are_rows_of_their_own(tmp_path):
+    rows = {}
+    for name, pe in (('eva', "dict(type='rope', placement='every_layer')"),
+                     ('dino', "dict(type='rope', placement='every_layer', convention='dinov3')"),
+                     ('mixed', "dict(type='rope', placement='every_layer', mixed=True)"),
+                     ('both', "dict(type='rope', convention='dinov3', mixed=True)")):
+        path = tmp_path / f'{name}.py'
+        path.write_text(f'model = dict(backbone=dict(pos_embed={pe}))\n')
+        rows[name] = run_study.position(str(path))
+    assert rows == {'eva': ('rope', 'every_layer'), 'dino': ('rope dinov3', 'every_layer'),
+                    'mixed': ('rope mixed', 'every_layer'),
+                    'both': ('rope dinov3 mixed', 'every_layer')}
