@@ -1,9 +1,9 @@
-"""Whole UperNet segmentors from MMSegmentation 1.x -> densevit's ``EncoderDecoder`` with a
-``UPerHead`` and ``FCNHead`` auxiliary heads.
+"""Whole UperNet segmentors -> densevit's ``EncoderDecoder`` with a ``UPerHead`` and
+``FCNHead`` auxiliary heads, from MMSegmentation 1.x and from Hugging Face transformers.
 
-mmseg's Swin model zoo (``configs/swin/swin-{tiny,small,base,...}-..._upernet_8xb2-160k_
-ade20k-512x512``) is UperNet on a Swin backbone, with one ``FCNHead`` on stage 3 as the
-auxiliary head (a dict in the config: keys ``auxiliary_head.*`` without an index).
+MMSegmentation: its Swin model zoo (``configs/swin/swin-{tiny,small,base,...}-..._upernet_
+8xb2-160k_ade20k-512x512``) is UperNet on a Swin backbone, with one ``FCNHead`` on stage 3 as
+the auxiliary head (a dict in the config: keys ``auxiliary_head.*`` without an index).
 
 ==================================================  =======================================
 mmseg                                               densevit
@@ -25,17 +25,57 @@ The heads' computation is mmseg's step for step (``densevit/models/heads/uper_he
 ``fcn_head.py``), so no tensor is reordered. Origin option: ``always_shift=True`` (mmseg's
 Swin shifts every second block whatever the map size). Other mmseg UperNet backbones
 (ResNet-V1c, ViT with its multi-level neck, ConvNeXt, BEiT, ...) are not recognised here.
+
+Hugging Face ``UperNetForSemanticSegmentation`` on a ``SwinBackbone`` (``backbone_config`` a
+``SwinConfig`` with ``out_features`` stage1..4; the ``openmmlab/upernet-swin-*`` Hub models),
+the file ``save_pretrained`` writes (``model.safetensors``) or the module's state dict.
+HF's ``UperNetHead`` / ``UperNetFCNHead`` are mmseg's heads with other names
+(``UperNetConvModule`` = conv without bias, ``batch_norm``, ReLU):
+
+==================================================  =======================================
+Hugging Face                                        densevit
+==================================================  =======================================
+``backbone.*`` (``SwinBackbone``)                   ``backbone.*``: ``swin.py``'s Hugging
+                                                    Face ``SwinBackbone`` layout (q, k, v
+                                                    fused; ``hidden_states_norms.stageK``
+                                                    -> ``norm{K-1}``)
+``decode_head.psp_modules.I.1.{conv,batch_norm}``   ``decode_head.psp_modules.I.1.{conv,bn}``
+``decode_head.{bottleneck,fpn_bottleneck,           the same, ``batch_norm`` -> ``bn``
+lateral_convs.I,fpn_convs.I}.{conv,batch_norm}``
+``decode_head.classifier``                          ``decode_head.conv_seg``
+``auxiliary_head.{convs.I,conv_cat}.                ``auxiliary_head.0.{convs.I,conv_cat}.
+{conv,batch_norm}``                                 {conv,bn}``
+``auxiliary_head.classifier``                       ``auxiliary_head.0.conv_seg``
+==================================================  =======================================
+
+Dropped: ``backbone.swin.layernorm`` (transformers 5 files), the final norm of the
+``SwinModel`` that ``SwinBackbone`` wraps and never applies (its outputs go through
+``hidden_states_norms``). Origin option ``always_shift=True`` (``SwinBackbone`` runs its
+Swin with ``always_partition=True``). The densevit model these files fit:
+``SwinTransformer`` of the file's ``embed_dim``, ``depths``, ``num_heads``, ``window_size``,
+``patch_size``, ``mlp_ratio``, ``out_indices=(0, 1, 2, 3)``; ``UPerHead(channels=
+hidden_size, pool_scales=pool_scales, in_channels=[C, 2C, 4C, 8C])``; ``FCNHead(in_index=2,
+in_channels=auxiliary_in_channels or 4C, channels=auxiliary_channels, num_convs=
+auxiliary_num_convs, concat_input=auxiliary_concat_input)``, ``BN`` norms and
+``align_corners=False`` (HF's). HF's heads have no dropout before the classifier
+(``dropout_ratio=0`` for HF's training; eval is the same either way), and HF returns the
+decode logits resized bilinearly to the input (densevit's ``predict`` / ``encode_decode``;
+``mode='tensor'`` gives them at the head's stride 4). Proof:
+``tests/models/test_upernet_vs_hf.py``. HF UperNet on ConvNeXt is not recognised (densevit
+has no ConvNeXt).
 """
 import re
 from functools import partial
 
 from .layout import MMSEG_HEAD, Layout, mmseg_head, prefixed_rules
+from .swin import HF_BACKBONE as HF_SWIN
 from .swin import MMSEG as MMSEG_SWIN
 from .swin import from_unfold_order
 
-# every module of UPerHead and FCNHead with tensors (ConvModule: conv, bn), and the classifier
-_HEAD_TENSORS = (r'((?:(?:psp_modules\.\d+\.1|bottleneck|lateral_convs\.\d+|fpn_convs\.\d+|'
-                 r'fpn_bottleneck|convs\.\d+|conv_cat)\.(?:conv|bn)|conv_seg)\.\w+)')
+# every module of UPerHead and FCNHead with tensors (ConvModule: conv, norm), by name
+_MODULES = (r'(?:psp_modules\.\d+\.1|bottleneck|lateral_convs\.\d+|fpn_convs\.\d+|'
+            r'fpn_bottleneck|convs\.\d+|conv_cat)')
+_HEAD_TENSORS = rf'((?:{_MODULES}\.(?:conv|bn)|conv_seg)\.\w+)'
 _B = r'backbone\.'
 
 UPERNET_SWIN = Layout(
@@ -46,11 +86,32 @@ UPERNET_SWIN = Layout(
     drop={_B + pattern: reason for pattern, reason in MMSEG_SWIN.drop.items()},
     post=partial(from_unfold_order, prefix='backbone.'), options=dict(MMSEG_SWIN.options))
 
+# HF's heads: decode_head, and its one auxiliary head (no index)
+_HF_HEAD = r'(decode_head|auxiliary_head)\.'
+_HF_FINAL_NORM = _B + r'(?:swin\.)?layernorm\.(?:weight|bias)'
+# the SwinBackbone's rules, less SwinModel's final norm (SwinBackbone never applies it)
+_HF_SWIN_RULES = [(p, r) for p, r in HF_SWIN.rules if not re.fullmatch(p, 'layernorm.weight')]
+
+HF_UPERNET_SWIN = Layout(
+    'Hugging Face UperNet (Swin)', r'^decode_head\.psp_modules\.\d+\.1\.batch_norm\.weight$',
+    prefixed_rules(_HF_SWIN_RULES, _B, 'backbone.') + [
+        (_HF_HEAD + rf'({_MODULES})\.(conv|batch_norm)\.(\w+)',
+         lambda m: f'{mmseg_head(m[1])}.{m[2]}.{"bn" if m[3] == "batch_norm" else m[3]}.{m[4]}'),
+        (_HF_HEAD + r'classifier\.(weight|bias)', lambda m: f'{mmseg_head(m[1])}.conv_seg.{m[2]}'),
+    ],
+    drop={_HF_FINAL_NORM: "the final norm of the SwinModel inside HF's SwinBackbone, which it "
+                          'never applies (its outputs go through hidden_states_norms)',
+          **{_B + pattern: reason for pattern, reason in HF_SWIN.drop.items()}},
+    options=dict(HF_SWIN.options))
+
 
 def model_layouts(state_dict):
     """Whole-model layouts of this family (see :mod:`densevit.checkpoint.model`): none
-    unless the backbone is mmseg's Swin."""
-    if not any(re.match(_B + r'stages\.\d+\.blocks\.\d+\.attn\.w_msa\.qkv\.weight$', k)
-               for k in state_dict):
-        return []
-    return [UPERNET_SWIN]
+    unless the backbone is mmseg's Swin or HF's ``SwinBackbone``."""
+    if any(re.match(_B + r'stages\.\d+\.blocks\.\d+\.attn\.w_msa\.qkv\.weight$', k)
+           for k in state_dict):
+        return [UPERNET_SWIN]
+    if any(re.match(_B + r'(?:swin\.)?encoder\.layers\.\d+\.blocks\.\d+\.layernorm_before\.'
+                    r'weight$', k) for k in state_dict):
+        return [HF_UPERNET_SWIN]
+    return []
