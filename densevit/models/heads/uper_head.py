@@ -30,7 +30,9 @@ class UPerHead(DecodeHead):
     ``bottleneck``, ``lateral_convs``, ``fpn_convs``, ``fpn_bottleneck``, ``conv_seg``;
     ``ConvModule``'s ``conv`` / ``bn``), so its checkpoints load unrenamed
     (``densevit/checkpoint/upernet.py``); the computation is the same, step for step
-    (checked against mmseg 1.2.2 in ``tests/checkpoint/test_openmmlab_upernet.py``).
+    (checked against mmseg 1.2.2 in ``tests/checkpoint/test_openmmlab_upernet.py``, and
+    against HF's ``UperNetForSemanticSegmentation``, whose names are converted, in
+    ``tests/models/test_upernet_vs_hf.py``).
 
     MMSegmentation's Swin-T configuration (``upernet_swin.py``; ``norm_cfg`` SyncBN)::
 
