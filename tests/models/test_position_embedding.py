@@ -26,6 +26,7 @@ from densevit.models.layers.relative_position import (
     RelativePositionBias,
     resize_relative_position_table,
 )
+from densevit.models.layers.rope_2d import RotaryPositionEmbedding2D
 from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
 from densevit.registry import MODELS
 from densevit.utils.defaults import DEFAULT
@@ -300,9 +301,14 @@ def test_vit_pe_configs_build_what_their_name_says(path):
     with DefaultScope.overwrite_default_scope('densevit'):
         backbone = MODELS.build(cfg.model.backbone)
     name = path.stem.split('_pe-', 1)[1]  # e.g. 'learned_2d-every_layer_shared'
-    assert '-'.join(filter(None, (backbone.pos_embed_type, backbone.pos_embed_placement))) == name
+    kind = backbone.pos_embed_type
+    if kind == 'rope':  # RoPE's variants: 'rope_dinov3', 'rope_mixed' (EVA-02's plain: 'rope')
+        rope = next(m for m in backbone.modules() if isinstance(m, RotaryPositionEmbedding2D))
+        kind += '_dinov3' * (rope.convention == 'dinov3') + '_mixed' * (rope.freqs is not None)
+    assert '-'.join(filter(None, (kind, backbone.pos_embed_placement))) == name
 
 
 def test_vit_pe_configs_cover_the_study():
     names = {p.stem.split('_pe-', 1)[1] for p in CONFIG_DIR.glob('*.py')}
-    assert names == {'-'.join(filter(None, c)) for c in COMBOS}
+    assert names == {'-'.join(filter(None, c)) for c in COMBOS} | {
+        'rope_dinov3-every_layer', 'rope_mixed-every_layer'}
