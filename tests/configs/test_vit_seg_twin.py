@@ -29,7 +29,7 @@ def test_the_twin_has_the_detection_quickstarts_vit_at_96():
 def test_the_seg_study_mirrors_the_detection_study_row_for_row():
     det = {p.name.split('_pe-')[1]: p for p in DET_STUDY.glob('*.py')}
     seg = {p.name.split('_pe-')[1]: p for p in SEG_STUDY.glob('*.py')}
-    assert seg.keys() == det.keys() and len(seg) == 13
+    assert seg.keys() == det.keys() and len(seg) == 15  # 13 of the paper + 2 RoPE variants
     twin = Config.fromfile(str(TWIN)).to_dict()
     for row, path in seg.items():
         cfg = Config.fromfile(str(path)).to_dict()
