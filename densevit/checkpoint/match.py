@@ -94,7 +94,7 @@ def _listed(what, keys, logger, level=logging.WARNING):
 def describe_module(module):
     """e.g. ``EncoderDecoder(MixVisionTransformer, SegformerHead)`` or ``SwinTransformer``."""
     parts = [type(getattr(module, n)).__name__ for n in ('backbone', 'neck', 'decode_head',
-                                                          'bbox_head')
+                                                          'bbox_head', 'mask_head')
              if isinstance(getattr(module, n, None), torch.nn.Module)]
     return f'{type(module).__name__}({", ".join(parts)})' if parts else type(module).__name__
 

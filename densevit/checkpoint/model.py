@@ -48,8 +48,11 @@ def load_model_weights(model, checkpoint, source, strict=True, logger='current')
         except UnknownLayoutError:
             pass  # no foreign layout either: loaded as it is, so the report names the mismatch
     origin, options = origin_and_options(model, state_dict, meta, source, logger)
+    # a model may refuse a file it cannot use before anything loads (DETRPanoptic's frozen
+    # detector needs all of its first stage)
     return load_into(model, state_dict, source, origin=origin, options=options,
-                     described=describe_meta(meta), strict=strict, min_found=0.5, logger=logger)
+                     described=describe_meta(meta), strict=strict, min_found=0.5,
+                     check=getattr(model, 'check_checkpoint', None), logger=logger)
 
 
 def describe_meta(meta):

@@ -200,6 +200,15 @@ _HF_RULES = dict(
     })
 HF = Layout('Hugging Face Swin', **_HF_RULES, options=_CLASSIFIER)  # SwinModel, ...Classification
 HF_BACKBONE = Layout('Hugging Face SwinBackbone', **_HF_RULES, options=_DENSE)
+# a SwinBackbone inside a whole model (HF UperNet, Mask2Former): the final norm of the
+# SwinModel it wraps is dropped, not mapped (SwinBackbone never applies it: its outputs go
+# through hidden_states_norms)
+HF_IN_MODEL_RULES = [(p, r) for p, r in HF_BACKBONE.rules if not re.fullmatch(p, 'layernorm.weight')]
+HF_IN_MODEL_DROP = {
+    _HF + r'layernorm\.(?:weight|bias)': "the final norm of the SwinModel inside HF's "
+                                          'SwinBackbone, which it never applies (its outputs '
+                                          'go through hidden_states_norms)',
+    **HF_BACKBONE.drop}
 
 
 def _fill_final_norm(state_dict):

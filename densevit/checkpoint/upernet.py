@@ -69,6 +69,8 @@ from functools import partial
 
 from .layout import MMSEG_HEAD, Layout, mmseg_head, prefixed_rules
 from .swin import HF_BACKBONE as HF_SWIN
+from .swin import HF_IN_MODEL_DROP as HF_SWIN_IN_MODEL_DROP
+from .swin import HF_IN_MODEL_RULES as HF_SWIN_IN_MODEL_RULES
 from .swin import MMSEG as MMSEG_SWIN
 from .swin import from_unfold_order
 
@@ -88,20 +90,15 @@ UPERNET_SWIN = Layout(
 
 # HF's heads: decode_head, and its one auxiliary head (no index)
 _HF_HEAD = r'(decode_head|auxiliary_head)\.'
-_HF_FINAL_NORM = _B + r'(?:swin\.)?layernorm\.(?:weight|bias)'
-# the SwinBackbone's rules, less SwinModel's final norm (SwinBackbone never applies it)
-_HF_SWIN_RULES = [(p, r) for p, r in HF_SWIN.rules if not re.fullmatch(p, 'layernorm.weight')]
 
 HF_UPERNET_SWIN = Layout(
     'Hugging Face UperNet (Swin)', r'^decode_head\.psp_modules\.\d+\.1\.batch_norm\.weight$',
-    prefixed_rules(_HF_SWIN_RULES, _B, 'backbone.') + [
+    prefixed_rules(HF_SWIN_IN_MODEL_RULES, _B, 'backbone.') + [
         (_HF_HEAD + rf'({_MODULES})\.(conv|batch_norm)\.(\w+)',
          lambda m: f'{mmseg_head(m[1])}.{m[2]}.{"bn" if m[3] == "batch_norm" else m[3]}.{m[4]}'),
         (_HF_HEAD + r'classifier\.(weight|bias)', lambda m: f'{mmseg_head(m[1])}.conv_seg.{m[2]}'),
     ],
-    drop={_HF_FINAL_NORM: "the final norm of the SwinModel inside HF's SwinBackbone, which it "
-                          'never applies (its outputs go through hidden_states_norms)',
-          **{_B + pattern: reason for pattern, reason in HF_SWIN.drop.items()}},
+    drop={_B + pattern: reason for pattern, reason in HF_SWIN_IN_MODEL_DROP.items()},
     options=dict(HF_SWIN.options))
 
 

@@ -30,9 +30,10 @@ def missing_inputs(cfg, resume=False,
         resume (bool): ``load_from`` is the checkpoint to resume from.
         loaders (tuple[str]): the data loaders the run will build (a test needs
             only ``test_dataloader``).
-        pretrained (bool): check ``init_cfg=dict(type='Pretrained')`` files; a test
-            does not need them (its checkpoint replaces every weight, and the
-            runner does not initialise weights before testing).
+        pretrained (bool): check ``init_cfg=dict(type='Pretrained')`` files and that a
+            second stage on a frozen detector (``model.freeze_detector``) has a
+            ``load_from``; a test needs neither (its checkpoint replaces every weight, and
+            the runner does not initialise weights before testing).
     """
     problems, seen = [], set()
     for key in loaders:
@@ -62,6 +63,13 @@ def missing_inputs(cfg, resume=False,
     if load_from and not _is_remote(load_from) and not osp.exists(load_from):
         source = '--resume' if resume else 'load_from'
         problems.append(f'checkpoint not found: {load_from} (from {source}).')
+    model = cfg.get('model') or {}
+    if pretrained and not resume and not load_from and model.get('freeze_detector'):
+        # a second stage (DETRPanoptic's mask head) on a frozen, never-trained detector
+        problems.append(
+            f"model.freeze_detector=True trains the {model.get('type')}'s mask head alone on a "
+            'frozen detector, but no load_from gives that detector its weights: train the '
+            'first stage and set load_from to its checkpoint (docs/detr_family.md).')
     return problems
 
 

@@ -7,11 +7,10 @@ from mmengine.registry import DefaultScope
 
 from densevit.checkpoint.detr import convert_detr
 from densevit.checkpoint.pretrained import load_pretrained
-from densevit.checkpoint.read import read_checkpoint
 from densevit.registry import MODELS
 from densevit.structures import DataSample
 
-from hf_references import DETR_SIZES, tiny_hf_detr
+from hf_references import DETR_SIZES, official_detr_state_dict, outputs_of_both, tiny_hf_detr
 
 D, HEADS, FFN, QUERIES, CLASSES, LAYERS = (DETR_SIZES[k] for k in (
     'd_model', 'heads', 'ffn', 'queries', 'classes', 'layers'))
@@ -54,13 +53,8 @@ def _batch():
 @pytest.mark.parametrize('source', ['hub_file', 'module_state_dict'])
 def test_hf_detr_outputs_match(hf_detr, source):
     hf, path = hf_detr
-    sd = read_checkpoint(path) if source == 'hub_file' else hf.state_dict()
-    ours = _ours()
-    ours.load_state_dict(convert_detr(sd, strict=True), strict=True)
     x, pixel_mask, samples = _batch()
-    with torch.no_grad():
-        ref = hf(pixel_values=x, pixel_mask=pixel_mask)
-        out = ours(x, samples, mode='tensor')
+    ref, out = outputs_of_both(hf, path, source, _ours(), convert_detr, (x, pixel_mask, samples))
     # the queries differ from each other, so a mix-up of query rows would show
     assert ref.logits.std(dim=1).min() > 5e-3 and ref.pred_boxes.std(dim=1).min() > 5e-4
     torch.testing.assert_close(out['pred_logits'][-1], ref.logits, atol=1e-4, rtol=0)
@@ -71,32 +65,11 @@ def test_hf_detr_outputs_match(hf_detr, source):
         assert (unmasked[1] - ref.logits[1]).abs().max() > 1e-3
 
 
-def _official_state_dict(ours):
-    """densevit DETR weights under the official repository's names (written out by hand)."""
-    names = {'bbox_head.transformer.decoder_norm.': 'transformer.decoder.norm.',
-             'bbox_head.query_embed.': 'query_embed.', 'bbox_head.input_proj.': 'input_proj.',
-             'bbox_head.class_embed.': 'class_embed.', 'bbox_head.bbox_embed.': 'bbox_embed.',
-             'backbone.': 'backbone.0.body.'}
-    sd = {}
-    for k, v in ours.state_dict().items():
-        for new, old in names.items():
-            if k.startswith(new):
-                k = old + k[len(new):]
-                break
-        else:
-            part = k.split('.')  # bbox_head.transformer.{encoder,decoder}.N.<module>...
-            module = {'cross_attn': 'multihead_attn', 'ffn': None}.get(part[4], part[4])
-            rest = part[5:] if module is None else [module] + part[5:]
-            k = '.'.join(['transformer', part[2], 'layers', part[3]] + rest)
-        sd[k] = v
-    return sd
-
-
 def test_official_layout(hf_detr):
     hf, _ = hf_detr
     ours = _ours()
     ours.load_state_dict(convert_detr(hf.state_dict(), strict=True))
-    official = _official_state_dict(ours)
+    official = official_detr_state_dict(ours)
     assert 'transformer.decoder.layers.0.multihead_attn.in_proj_weight' in official
     assert 'transformer.encoder.layers.0.linear1.weight' in official
     assert 'backbone.0.body.layer1.0.downsample.1.running_var' in official
@@ -112,7 +85,7 @@ def test_whole_checkpoint_through_load_pretrained(hf_detr, tmp_path):
     hf, _ = hf_detr
     src = _ours()
     src.load_state_dict(convert_detr(hf.state_dict()))
-    torch.save({'model': _official_state_dict(src)}, tmp_path / 'detr.pth')
+    torch.save({'model': official_detr_state_dict(src)}, tmp_path / 'detr.pth')
     dst = _ours()
     report = load_pretrained(dst, tmp_path / 'detr.pth', convert=convert_detr)
     assert not (report.missing or report.unexpected or report.mismatched)

@@ -36,6 +36,15 @@ from densevit.registry import MODELS
 from densevit.structures import DataSample
 from densevit.utils.random_init import randomize_
 
+from hf_mask_classifiers import (
+    GivenDraws,
+    compare_gradients,
+    criterion_cfg,
+    hf_rand,
+    max_diffs,
+    recorded,
+    saved_random_model,
+)
 from tiny_run import REPO, isolated, load_tool, unique_names
 
 transformers = pytest.importorskip('transformers')
@@ -72,21 +81,15 @@ def densevit_cfg(hf):
                       ffn_type='swiglu' if c.use_swiglu_ffn else 'mlp'),
         decode_head=dict(type='EoMTHead', num_classes=c.num_labels,
                          num_upscale_blocks=c.num_upscale_blocks,
-                         criterion=dict(type='MaskSetCriterion', num_points=c.train_num_points,
-                                        oversample_ratio=c.oversample_ratio,
-                                        importance_sample_ratio=c.importance_sample_ratio,
-                                        no_object_weight=c.no_object_weight)))
+                         criterion=criterion_cfg(c)))
 
 
 @pytest.fixture(scope='module', params=list(SIZES))
 def hf_file(request, tmp_path_factory):
     """(size, HF model in eval mode with every saved tensor random, its model.safetensors)."""
-    torch.manual_seed(0)
-    model = transformers.EomtForUniversalSegmentation(hf_config(request.param))
-    randomize_(model, seed=1, embedding_scale=1.0)  # queries and position table N(0, 1)
-    path = tmp_path_factory.mktemp(f'hf_eomt_{request.param}')
-    model.save_pretrained(path)
-    return request.param, model.eval(), path / 'model.safetensors'
+    model, path = saved_random_model(transformers.EomtForUniversalSegmentation, hf_config(request.param),
+                                     tmp_path_factory.mktemp(f'hf_eomt_{request.param}'))
+    return request.param, model, path
 
 
 def loaded(hf, path, **test_cfg):
@@ -109,25 +112,6 @@ def images(hf, dtype=torch.float32):
 def set_probs(model, probs):
     with torch.no_grad():
         model.attn_mask_probs.copy_(torch.as_tensor(probs))
-
-
-def recorded(calls, fn):
-    """``fn`` that appends each result to ``calls``."""
-    def wrapper(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        calls.append(out)
-        return out
-    return wrapper
-
-
-def max_diffs(ours, hf_masks, hf_classes):
-    """Max |ours - HF| of the mask and class logits over every prediction set."""
-    assert len(ours['mask_logits']) == len(hf_masks) == len(hf_classes)
-    mask = max((a - b).abs().max().item()
-               for a, b in zip(ours['mask_logits'], hf_masks, strict=True))
-    cls = max((a - b).abs().max().item()
-              for a, b in zip(ours['class_logits'], hf_classes, strict=True))
-    return mask, cls
 
 
 def test_eval_outputs_match_hf(hf_file):
@@ -185,37 +169,6 @@ def label_maps(hf):
     b = torch.full((s, s), 2 % K, dtype=torch.long)
     b[s // 4: 3 * s // 4, s // 8: s // 2] = 0
     return [a, b]
-
-
-class GivenDraws:
-    """The draws, by name, in the order of the calls of each name (densevit's side)."""
-
-    def __init__(self, draws):
-        self.queues = {k: list(v) for k, v in draws.items()}
-
-    def __call__(self, name, shape, device=None, dtype=torch.float32):
-        out = self.queues[name].pop(0)
-        assert tuple(out.shape) == tuple(shape), (name, out.shape, shape)
-        return out
-
-
-def hf_rand(draws):
-    """A stand-in for ``torch.rand`` inside HF's forward and loss: the same draws, told apart
-    by HF's shapes: [B, Q] masking, [1, P, 2] matcher, [M, kP, 2] oversampled, [M, P - rP, 2]
-    random points."""
-    queues = {k: list(v) for k, v in draws.items()}
-    kinds = {NUM_POINTS: 'match_points', 3 * NUM_POINTS: 'oversampled_points',
-             NUM_POINTS - int(0.75 * NUM_POINTS): 'random_points'}
-
-    def rand(*size, **kwargs):
-        size = tuple(size[0]) if len(size) == 1 and not isinstance(size[0], int) else size
-        name = 'query_unmask' if len(size) == 2 else kinds[size[1]]
-        out = queues[name].pop(0)
-        if name == 'match_points':
-            out = out[None]
-        assert tuple(out.shape) == size, (name, out.shape, size)
-        return out
-    return rand, queues
 
 
 def make_draws(hf, targets, probs):
@@ -281,7 +234,7 @@ def float64_step(hf_file, monkeypatch):
     ours.decode_head.forward = recorded(ours_preds, ours.decode_head.forward)
 
     r.losses = ours.loss(x, samples)
-    rand, queues = hf_rand(draws)
+    rand, queues = hf_rand(draws, NUM_POINTS)
     with monkeypatch.context() as m:
         m.setattr(torch, 'rand', rand)
         float64_safe_sdpa(m)
@@ -332,20 +285,10 @@ def test_training_float64_gradients_match(float64_step):
     r = float64_step
     sum(r.losses.values()).backward()
     r.hf_out.loss.backward()
-    hf_grads = {k: p.grad for k, p in r.hf.state_dict(keep_vars=True).items()
-                if isinstance(p, torch.nn.Parameter) and p.grad is not None}
-    hf_grads = convert_eomt(hf_grads, strict=True)
-    ours = {k: p.grad for k, p in r.ours.named_parameters() if p.grad is not None}
-    assert set(ours) == set(hf_grads)
-    worst = 0.0
-    for k, g in ours.items():
-        ref = hf_grads[k]
-        if k == 'backbone.pos_embed.weight':  # HF has no class-token row (a zero one here)
-            g, ref = g[:, 1:], ref[:, 1:]
-        diff, scale = (g - ref).abs().max().item(), ref.abs().max().item()
-        assert diff <= 1e-12 + 1e-9 * scale, f'{k}: gradient differs by {diff:.3g} ({scale:.3g})'
-        worst = max(worst, diff / max(scale, 1e-12))
-    print(f'{r.size} gradients: max relative difference {worst:.1e} over {len(ours)} tensors')
+    # HF's position table has no class-token row (a zero one here)
+    worst, n = compare_gradients(r.ours, r.hf, convert_eomt,
+                                 trim={'backbone.pos_embed.weight': lambda g: g[:, 1:]})
+    print(f'{r.size} gradients: max relative difference {worst:.1e} over {n} tensors')
 
 
 # ---------------------------------------------------------------- loading through the tools

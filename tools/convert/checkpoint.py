@@ -7,8 +7,8 @@
     python tools/convert/checkpoint.py vit-base-patch16-224/model.safetensors vit-b16.pth
 
 Whole models: MMSegmentation / MMDetection (SETR, SegFormer, UperNet-Swin, DETR, Deformable
-DETR), Hugging Face (DETR, Deformable / Conditional / DAB-DETR, SegFormer, UperNet-Swin, EoMT)
-and the official repositories (DETR, Deformable DETR, SegFormer).
+DETR), Hugging Face (DETR, Deformable / Conditional / DAB-DETR, SegFormer, UperNet-Swin, EoMT,
+Mask2Former-Swin) and the official repositories (DETR, Deformable DETR, SegFormer).
 Backbones: ViT (timm, HF, MMSegmentation, MAE's encoder file), Swin (official, timm,
 HF, MMSegmentation), MiT (official, HF, MMSegmentation), also under ``backbone.`` (an
 mmpretrain classifier, a segmentor without its heads). The output records the origin's

@@ -36,6 +36,16 @@ def boxes_to_pixels(boxes, meta, rescale=True):
     return bboxes
 
 
+def mask_inputs(queries, memory, src, mask):
+    """What DETR's panoptic mask head (``DETRMaskHead``) reads of a head's forward pass:
+    dict(queries [B, Q, D]: the last decoder layer's outputs of the Q matching queries,
+    memory [B, D, h, w]: the encoder's output (given [B, h·w, D]), src [B, D, h, w]: the
+    projected map the encoder read, mask [B, h, w] bool: True on padding)."""
+    B, D, h, w = src.shape
+    return dict(queries=queries, memory=memory.transpose(1, 2).reshape(B, D, h, w), src=src,
+                mask=mask)
+
+
 @MODELS.register_module()
 class DETRHead(BaseModule):
     """DETR head on one feature map.
@@ -122,20 +132,27 @@ class DETRHead(BaseModule):
         out['dn'] = dict(dn_out, indices=dn['indices'], num_groups=dn['num_groups'])
         return out
 
-    def forward(self, feat, mask, data_samples=None):
+    def forward(self, feat, mask, data_samples=None, with_mask_inputs=False):
         """feat [B, C, H, W], mask [B, H, W] bool (True = padding) ->
         dict(pred_logits [L, B, Q, K+1], pred_boxes [L, B, Q, 4] normalized cxcywh)
         for the L decoder layers; in training with ``dn_cfg`` also ``dn``: the DN
-        queries' ``pred_logits`` / ``pred_boxes`` [L, B, N_dn, ...], ``indices``, ``num_groups``."""
+        queries' ``pred_logits`` / ``pred_boxes`` [L, B, N_dn, ...], ``indices``, ``num_groups``;
+        with ``with_mask_inputs`` also ``mask_inputs`` (:func:`mask_inputs`, what DETR's
+        panoptic mask head reads)."""
         src = self.input_proj(feat)
         pos = self.positional_encoding(mask).to(src.dtype).flatten(2).transpose(1, 2)
         tgt, query_pos, attn_mask, dn = self.build_queries(src.shape[0], data_samples)
-        hs, _ = self.transformer(src.flatten(2).transpose(1, 2), mask.flatten(1), pos, query_pos,
-                                 tgt=tgt, self_attn_mask=attn_mask)
+        hs, memory = self.transformer(src.flatten(2).transpose(1, 2), mask.flatten(1), pos,
+                                      query_pos, tgt=tgt, self_attn_mask=attn_mask)
         # the predictors run in float32 under bf16 autocast (densevit/utils/precision.py)
         out = dict(pred_logits=run_in_fp32(self.class_embed, hs),
                    pred_boxes=run_in_fp32(self.bbox_embed, hs).sigmoid())
-        return self.split_denoising(out, dn)
+        out = self.split_denoising(out, dn)
+        if with_mask_inputs:
+            first = dn['num_dn'] if dn is not None else 0
+            out['mask_inputs'] = mask_inputs(hs[-1][:, first:first + self.num_queries], memory,
+                                             src, mask)
+        return out
 
     def get_targets(self, data_samples):
         """Ground truth per image: ``labels`` [N], ``boxes`` [N, 4] cxcywh normalized by the

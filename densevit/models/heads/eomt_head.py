@@ -5,8 +5,9 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from densevit.models.layers.mask_upscale import UpscaleBlock
+from densevit.models.losses.mask_criterion import head_criterion
 from densevit.registry import MODELS
-from densevit.utils.defaults import DEFAULT, resolve_default
+from densevit.utils.defaults import DEFAULT
 
 
 class MaskMLP(nn.Module):
@@ -57,11 +58,7 @@ class EoMTHead(BaseModule):
     def __init__(self, in_channels, num_classes, num_upscale_blocks=2, criterion=DEFAULT,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        criterion = resolve_default(criterion, dict(type='MaskSetCriterion'))
-        criterion.setdefault('num_classes', num_classes)
-        if criterion['num_classes'] != num_classes:
-            raise ValueError(f"EoMTHead: criterion.num_classes={criterion['num_classes']} but "
-                             f'num_classes={num_classes}')
+        criterion = head_criterion(criterion, num_classes, 'EoMTHead')
         if num_upscale_blocks < 0:
             raise ValueError(f'EoMTHead: num_upscale_blocks must be >= 0, got '
                              f'{num_upscale_blocks}')

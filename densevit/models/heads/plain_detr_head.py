@@ -25,7 +25,7 @@ from densevit.utils.precision import run_in_fp32
 
 from .deformable_detr_head import DeformableDETRHead
 from .denoising import DenoisingQueries, box_sine_embedding
-from .detr_head import DETRHead
+from .detr_head import DETRHead, mask_inputs
 from .encoder_proposals import EncoderProposals
 from .one_to_many import check_one_to_many, hybrid_attn_mask, repeat_targets
 
@@ -184,12 +184,14 @@ class PlainDETRHead(DeformableDETRHead):
             hs.append(out)
         return torch.stack(hs), torch.stack(boxes)
 
-    def forward(self, feat, mask, data_samples=None):
+    def forward(self, feat, mask, data_samples=None, with_mask_inputs=False):
         """feat [B, C, h, w] (or a 1-tuple of it), mask [B, h', w'] bool (True = padding;
         resized to the map) -> dict(pred_logits [L, B, Q, K], pred_boxes [L, B, Q, 4]
         normalised cxcywh) for the L decoder layers; in training also ``dn`` (see
         :meth:`DETRHead.forward`) and ``one_to_many`` (the Q' queries' outputs), and with
-        ``as_two_stage`` ``enc_outputs`` (every pixel's ``pred_logits`` / ``pred_boxes``)."""
+        ``as_two_stage`` ``enc_outputs`` (every pixel's ``pred_logits`` / ``pred_boxes``);
+        with ``with_mask_inputs`` ``mask_inputs`` of the Q one-to-one queries
+        (:func:`~densevit.models.heads.detr_head.mask_inputs`)."""
         feats = tuple(feat) if isinstance(feat, (tuple, list)) else (feat,)
         srcs, masks, pos = self.project_levels(feats, mask)
         src, key_mask = srcs[0], masks[0].flatten(1)
@@ -213,6 +215,10 @@ class PlainDETRHead(DeformableDETRHead):
                                                      out['pred_boxes'][:, :, :Q])
         if enc is not None:
             out['enc_outputs'] = enc
+        if with_mask_inputs:
+            first = dn['num_dn'] if dn is not None else 0
+            out['mask_inputs'] = mask_inputs(hs[-1][:, first:first + self.num_queries],
+                                             memory, src, masks[0])
         return out
 
     def layer_losses(self, out, targets, num_boxes, prefix=''):

@@ -28,15 +28,16 @@ class SinePositionalEncoding2D(nn.Module):
         self.eps = eps
         self.offset = offset
 
-    def forward(self, mask):
-        """mask [B, H, W] bool (True = padding) -> encoding [B, 2 * num_feats, H, W]."""
-        not_mask = (~mask).float()
+    def forward(self, mask, dtype=torch.float32):
+        """mask [B, H, W] bool (True = padding) -> encoding [B, 2 * num_feats, H, W], computed
+        in ``dtype`` (float32; a float64 model's comparisons ask for float64)."""
+        not_mask = (~mask).to(dtype)
         y = not_mask.cumsum(1)
         x = not_mask.cumsum(2)
         if self.normalize:
             y = (y + self.offset) / (y[:, -1:, :] + self.eps) * self.scale
             x = (x + self.offset) / (x[:, :, -1:] + self.eps) * self.scale
-        dim_t = torch.arange(self.num_feats, dtype=torch.float32, device=mask.device)
+        dim_t = torch.arange(self.num_feats, dtype=dtype, device=mask.device)
         dim_t = self.temperature ** (2 * torch.div(dim_t, 2, rounding_mode='floor') / self.num_feats)
         pos_x = x[..., None] / dim_t
         pos_y = y[..., None] / dim_t

@@ -13,6 +13,17 @@ from .point_loss import point_mask_losses
 from .set_criterion import matched_classes, matched_queries, no_object_cross_entropy
 
 
+def head_criterion(criterion, num_classes, head):
+    """A mask head's criterion config: ``criterion`` (``DEFAULT``: ``MaskSetCriterion``) with
+    the head's ``num_classes`` filled in; another class count is refused, naming ``head``."""
+    criterion = resolve_default(criterion, dict(type='MaskSetCriterion'))
+    criterion.setdefault('num_classes', num_classes)
+    if criterion['num_classes'] != num_classes:
+        raise ValueError(f"{head}: criterion.num_classes={criterion['num_classes']} but "
+                         f'num_classes={num_classes}')
+    return criterion
+
+
 @MODELS.register_module()
 class MaskSetCriterion(nn.Module):
     """Hungarian-matched class and mask losses of one set of Q mask predictions.

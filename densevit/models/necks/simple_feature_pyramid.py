@@ -8,6 +8,8 @@ pooling (no top-down FPN, no use of earlier layers), is enough:
     2x  : deconv 2x2/2                                    (C -> C/2)
     1x  : identity                                        (C)
     0.5x: max-pool 2x2/2                                  (C)
+    0.25x: max-pool 4x4/4                                 (C; not in ViTDet: a stride-32 map
+                                                           from a stride-8 ViT)
 
 each followed by a 1x1 conv + norm and a 3x3 conv + norm to ``out_channels``.
 """
@@ -33,10 +35,11 @@ def _resample(scale, channels, norm_cfg):
         return nn.Sequential(deconv), channels // 2
     if scale == 1.0:
         return nn.Identity(), channels
-    if scale == 0.5:
-        return nn.MaxPool2d(kernel_size=2, stride=2), channels
+    if scale in (0.5, 0.25):
+        k = int(1 / scale)
+        return nn.MaxPool2d(kernel_size=k, stride=k), channels
     raise ValueError(f'SimpleFeaturePyramid: scale factor {scale} not supported; '
-                     f'choose from 4.0, 2.0, 1.0, 0.5')
+                     f'choose from 4.0, 2.0, 1.0, 0.5, 0.25')
 
 
 @MODELS.register_module()
@@ -47,7 +50,7 @@ class SimpleFeaturePyramid(BaseModule):
         in_channels (int): channels C of the map read (ViT-B: 768).
         out_channels (int): channels of every output (256).
         scale_factors (Sequence[float]): output scales relative to the input,
-            from {4.0, 2.0, 1.0, 0.5}; outputs come in this order.
+            from {4.0, 2.0, 1.0, 0.5, 0.25}; outputs come in this order.
         in_index (int): which backbone output to read (-1: the last).
         in_stride (int): stride of that map (16 for a /16 ViT), for ``out_strides``.
         norm_cfg (dict | None): norm after the convs and between the two 4x
@@ -60,7 +63,7 @@ class SimpleFeaturePyramid(BaseModule):
     Shapes:
         inputs: tuple of maps, ``inputs[in_index]`` = [B, C, h, w] (a bare
         tensor is accepted) -> tuple of [B, out_channels, h*s, w*s], s in
-        ``scale_factors`` (0.5x rounds down).
+        ``scale_factors`` (0.5x and 0.25x round down).
     """
 
     def __init__(self, in_channels=768, out_channels=256, scale_factors=(4.0, 2.0, 1.0, 0.5),

@@ -4,29 +4,20 @@ small mask module, with masked attention only while training."""
 import torch
 import torch.nn.functional as F
 from mmengine.model import BaseModel
-from mmengine.structures import InstanceData, PixelData
 from torch import nn
 
 from densevit.models.backbones.vit import VisionTransformer
 from densevit.models.backbones.vit_windows import uses_grid_layers
-from densevit.models.heads.decode_head import class_argmax
 from densevit.models.layers.mask_upscale import official_num_upscale_blocks
 from densevit.models.layers.rope_2d import Rotation
-from densevit.models.losses.set_criterion import num_boxes_across_ranks
 from densevit.models.size_groups import SizeGroupedPredict
 from densevit.registry import MODELS
-from densevit.structures import DataSample
-from densevit.utils.precision import run_in_fp32
 from densevit.utils.random_draws import UniformDraws
 
-from .encoder_decoder import restore_to_original
-from .mask_postprocess import instance_segmentation, panoptic_segmentation, semantic_scores
-from .mask_targets import mask_targets
-from .sliding_window import slide_logits
+from .mask_classifier import TEST_CFG as MASK_TEST_CFG
+from .mask_classifier import MaskClassifierPredict
 
-TEST_CFG = dict(mode='whole', semantic_on=True, panoptic_on=False, instance_on=False,
-                object_threshold=0.8, overlap_threshold=0.8, max_per_image=100,
-                masked_attention=False)
+TEST_CFG = dict(MASK_TEST_CFG, masked_attention=False)
 
 
 def check_eomt_backbone(backbone, num_blocks):
@@ -72,15 +63,8 @@ def with_query_rows(position, kind, num_queries):
     raise ValueError(f'EoMT: no query rows for a {kind!r} position code')
 
 
-def batch_semantic_scores(masks, classes, size):
-    """masks [B, Q, h, w] resized bilinearly to ``size``, classes [B, Q, K+1] -> per-class
-    scores [B, K, H, W] (:func:`~.mask_postprocess.semantic_scores`)."""
-    masks = F.interpolate(masks, size=size, mode='bilinear', align_corners=False)
-    return torch.stack([semantic_scores(m, c) for m, c in zip(masks, classes, strict=True)])
-
-
 @MODELS.register_module()
-class EoMT(SizeGroupedPredict, BaseModel):
+class EoMT(MaskClassifierPredict, SizeGroupedPredict, BaseModel):
     """Encoder-only Mask Transformer.
 
     The image goes through the ViT's stem and first L - N blocks as usual; then Q learned
@@ -151,6 +135,8 @@ class EoMT(SizeGroupedPredict, BaseModel):
         of the prediction sets made (intermediate ones first, the final last).
     """
 
+    TEST_CFG = TEST_CFG
+
     def __init__(self, backbone, decode_head, num_queries=100, num_blocks=4,
                  num_things_classes=None, ignore_index=255, train_cfg=None, test_cfg=None,
                  data_preprocessor=None, init_cfg=None):
@@ -177,27 +163,6 @@ class EoMT(SizeGroupedPredict, BaseModel):
         self.train_cfg = train_cfg
         self.test_cfg = {**TEST_CFG, **(test_cfg or {})}
         self._check_test_cfg()
-
-    def _check_test_cfg(self):
-        cfg = self.test_cfg
-        unknown = sorted(set(cfg) - set(TEST_CFG) - {'crop_size', 'stride', 'batch_windows'})
-        if unknown:
-            raise ValueError(f'EoMT: unknown test_cfg key(s) {unknown}; known: '
-                             f"{sorted(TEST_CFG) + ['batch_windows', 'crop_size', 'stride']}")
-        if cfg['mode'] not in ('whole', 'slide'):
-            raise ValueError(f"EoMT: test_cfg.mode must be 'whole' or 'slide', got "
-                             f"{cfg['mode']!r}")
-        wanted = [k for k in ('panoptic_on', 'instance_on') if cfg[k]]
-        if wanted and self.num_things_classes is None:
-            raise ValueError(f'EoMT: test_cfg.{wanted[0]} needs num_things_classes (the thing '
-                             f'classes come first)')
-        if cfg['mode'] == 'slide':
-            missing = [k for k in ('crop_size', 'stride') if k not in cfg]
-            if missing:
-                raise ValueError(f'EoMT: slide inference needs test_cfg.{missing[0]} (h, w)')
-            if wanted or not cfg['semantic_on']:
-                raise ValueError("EoMT: slide inference gives semantic segmentation only "
-                                 "(test_cfg.semantic_on); panoptic / instance need mode='whole'")
 
     # ------------------------------------------------------------------ forward
 
@@ -249,18 +214,10 @@ class EoMT(SizeGroupedPredict, BaseModel):
         mask[:, :Q, num_tokens - on.shape[-1]:] = on
         return mask[:, None]
 
-    def forward(self, inputs, data_samples=None, mode='tensor'):
-        """``mode``: 'loss' -> dict of losses; 'predict' -> DataSamples; 'tensor' -> dict of
-        ``mask_logits`` and ``class_logits`` (see the class docstring)."""
-        if mode == 'loss':
-            return self.loss(inputs, data_samples)
-        if mode == 'predict':
-            return self.predict(inputs, data_samples)
-        if mode == 'tensor':
-            masks, classes = self.predictions(inputs, self._masked())
-            return dict(mask_logits=masks, class_logits=classes)
-        raise ValueError(f"EoMT.forward: mode must be 'loss', 'predict' or 'tensor', got "
-                         f'{mode!r}')
+    def prediction_sets(self, inputs):
+        """The prediction sets of ``mode='tensor'`` and ``predict``: :meth:`predictions`, masked
+        in training or with ``test_cfg.masked_attention``."""
+        return self.predictions(inputs, self._masked())
 
     def _masked(self):
         return self.training or bool(self.test_cfg['masked_attention'])
@@ -272,74 +229,4 @@ class EoMT(SizeGroupedPredict, BaseModel):
         targets from ``gt_panoptic_seg``, ``gt_instances`` or ``gt_sem_seg``
         (:func:`~.mask_targets.mask_targets`)."""
         masks, classes = self.predictions(inputs, masked=True)
-        targets = mask_targets(data_samples, inputs.shape[-2:], inputs.device, self.num_classes,
-                               self.ignore_index, self.num_things_classes)
-        num_masks = num_boxes_across_ranks(targets, inputs.device)
-        criterion = self.decode_head.criterion
-        losses = {}
-        for b, (mask_logits, class_logits) in enumerate(zip(masks, classes, strict=True)):
-            tag = '' if b == len(masks) - 1 else f'b{b}.'
-            out = criterion(mask_logits, class_logits, targets, num_masks, self.draws)
-            losses.update({tag + k: v for k, v in out.items()})
-        return losses
-
-    # ------------------------------------------------------------------ inference
-
-    def predict(self, inputs, data_samples=None):
-        """The outputs ``test_cfg`` asks for, per image at its ``ori_shape`` (the batch
-        padding cut, a flip undone, resized bilinearly); see the class docstring."""
-        if data_samples is None:
-            shape = tuple(inputs.shape[-2:])
-            data_samples = [DataSample(metainfo=dict(img_shape=shape, ori_shape=shape))
-                            for _ in range(len(inputs))]
-        if self.test_cfg['mode'] == 'slide':
-            return self._predict_slide(inputs, data_samples)
-        masks, classes = self.predictions(inputs, self._masked())
-        return self.postprocess(masks[-1], classes[-1], data_samples, tuple(inputs.shape[-2:]))
-
-    def postprocess(self, mask_logits, class_logits, data_samples, size):
-        """The final prediction set -- mask logits [B, Q, h, w], class logits [B, Q, K+1],
-        from PyTorch or an exported graph -- into each data sample's outputs; ``size`` is the
-        padded input's (H, W). Resized and post-processed in float32 at least, autocast off
-        (bf16 inference). Returns ``data_samples``."""
-        run_in_fp32(self._postprocess_batch, mask_logits, class_logits, data_samples, size)
-        return data_samples
-
-    def _postprocess_batch(self, masks, classes, data_samples, size):
-        """masks [B, Q, h, w] (resized to the padded input's ``size``), classes [B, Q, K+1]
-        -> each data sample's outputs."""
-        masks = F.interpolate(masks, size=size, mode='bilinear', align_corners=False)
-        for ds, mask_logits, class_logits in zip(data_samples, masks, classes, strict=True):
-            self._postprocess(ds, restore_to_original(mask_logits, ds.metainfo), class_logits)
-
-    def _postprocess(self, ds, mask_logits, class_logits):
-        """One image's outputs from its mask logits [Q, H, W] (original size) and class
-        logits [Q, K+1]."""
-        cfg = self.test_cfg
-        if cfg['semantic_on']:
-            self._set_semantic(ds, semantic_scores(mask_logits, class_logits))
-        if cfg['panoptic_on']:
-            ids = panoptic_segmentation(mask_logits, class_logits, self.num_things_classes,
-                                        cfg['object_threshold'], cfg['overlap_threshold'])
-            ds.pred_panoptic_seg = PixelData(sem_seg=ids[None])
-        if cfg['instance_on']:
-            ds.pred_instances = InstanceData(**instance_segmentation(
-                mask_logits, class_logits, cfg['max_per_image'], self.num_things_classes))
-
-    @staticmethod
-    def _set_semantic(ds, scores):
-        ds.seg_logits = PixelData(data=scores)
-        ds.pred_sem_seg = PixelData(data=class_argmax(scores, 0)[None])
-
-    def _predict_slide(self, inputs, data_samples):
-        """Semantic scores of overlapping windows, averaged per pixel."""
-        def window_scores(crops):
-            masks, classes = self.predictions(crops, self._masked())
-            return run_in_fp32(batch_semantic_scores, masks[-1], classes[-1],
-                               tuple(crops.shape[-2:]))
-        cfg = self.test_cfg
-        scores = slide_logits(window_scores, inputs, tuple(cfg['crop_size']),
-                              tuple(cfg['stride']), cfg.get('batch_windows', 1))
-        for ds, s in zip(data_samples, scores, strict=True):
-            self._set_semantic(ds, restore_to_original(s, ds.metainfo))
-        return data_samples
+        return self.set_losses(masks, classes, inputs, data_samples, prefix='b')

@@ -19,7 +19,7 @@ def semantic_scores(mask_logits, class_logits):
 
 
 def panoptic_segmentation(mask_logits, class_logits, num_things_classes,
-                          object_threshold=0.8, overlap_threshold=0.8):
+                          object_threshold=0.8, overlap_threshold=0.8, convention='mask2former'):
     """Mask2Former's panoptic inference.
 
     Queries whose most likely class is an object with probability above
@@ -28,29 +28,62 @@ def panoptic_segmentation(mask_logits, class_logits, num_things_classes,
     (``sigmoid(m) >= 0.5``), unless it won less than ``overlap_threshold`` of its own mask's
     area (then it is dropped). Thing classes (below ``num_things_classes``) give one segment
     per query, numbered 1, 2, ... in query order; a stuff class gives one segment whatever
-    the number of queries predicting it.
+    the number of queries predicting it. ``convention``: see :func:`panoptic_from_scores`.
 
     Returns:
         [H, W] int64: ``label + instance * INSTANCE_OFFSET`` (instance 0 for stuff); K
         (``num_classes``) where no segment is (VOID).
     """
-    num_classes = class_logits.shape[-1] - 1
     scores, labels = class_logits.softmax(-1).max(-1)
+    return panoptic_from_scores(mask_logits, scores, labels, class_logits.shape[-1] - 1,
+                                num_things_classes, object_threshold, overlap_threshold,
+                                convention)
+
+
+def panoptic_from_scores(mask_logits, scores, labels, num_classes, num_things_classes,
+                         object_threshold=0.8, overlap_threshold=0.8, convention='mask2former'):
+    """:func:`panoptic_segmentation` from each query's score [Q] and label [Q] (``num_classes``
+    = no object), whatever the classifier (softmax or sigmoid).
+
+    ``convention='transformers'`` follows Hugging Face's ``post_process_panoptic_segmentation``
+    of its DETR image processor instead (proven in tests/models/test_detr_panoptic_vs_hf.py),
+    which differs in three places: a query's
+    own mask is where ``p * sigmoid(m) >= 0.5``, it keeps every pixel it won, and it is
+    dropped unless it won strictly more than ``overlap_threshold`` of its own mask's area.
+    """
+    if convention not in ('mask2former', 'transformers'):
+        raise ValueError(f"panoptic convention must be 'mask2former' or 'transformers', got "
+                         f'{convention!r}')
     keep = (labels != num_classes) & (scores > object_threshold)
     ids = torch.full(mask_logits.shape[-2:], num_classes, dtype=torch.int64,
                      device=mask_logits.device)
     if not keep.any():
         return ids
     scores, labels, probs = scores[keep], labels[keep], mask_logits[keep].sigmoid()
-    owner = (scores[:, None, None] * probs).argmax(0)  # [H, W]
-    instance = 0
+    weighted = scores[:, None, None] * probs
+    owner = weighted.argmax(0)  # [H, W]
+    hf = convention == 'transformers'
+    segments = []
     for k, label in enumerate(labels.tolist()):
         won = owner == k
-        own = probs[k] >= 0.5
+        own = (weighted if hf else probs)[k] >= 0.5
         won_area, own_area = int(won.sum()), int(own.sum())
-        if won_area == 0 or own_area == 0 or won_area / own_area < overlap_threshold:
+        if won_area == 0 or own_area == 0:
             continue
-        region = won & own
+        ratio = won_area / own_area
+        if ratio <= overlap_threshold if hf else ratio < overlap_threshold:
+            continue
+        segments.append((won if hf else won & own, label))
+    return paint_segments(ids, segments, num_things_classes)
+
+
+def paint_segments(ids, segments, num_things_classes):
+    """Write ``(region [H, W] bool, label)`` pairs into the map ``ids`` in order: a thing
+    class (below ``num_things_classes``) as ``label + instance * INSTANCE_OFFSET``, its
+    instances numbered 1, 2, ...; a stuff class as ``label`` (instance 0, so its regions are
+    one segment). Returns ``ids``."""
+    instance = 0
+    for region, label in segments:
         if label < num_things_classes:
             instance += 1
             ids[region] = label + instance * INSTANCE_OFFSET
