@@ -201,11 +201,12 @@ lane_tests() {
 
 lane_quickstarts() {
     local name mode
-    for name in detr_vit_shapes eomt_vit_shapes_semantic deformable_detr_vit_shapes \
-            segformer_shapes; do
+    for name in detr_vit_shapes eomt_vit_shapes_semantic eomt_vit_shapes_panoptic \
+            mask2former_vit_shapes_panoptic deformable_detr_vit_shapes segformer_shapes; do
         for mode in fp32 amp; do
             case $name in
                 eomt_*) train_and_test "$name" "configs/eomt/$name.py" "$mode" ;;
+                mask2former_*) train_and_test "$name" "configs/mask2former/$name.py" "$mode" ;;
                 *) train_and_test "$name" "configs/quickstart/$name.py" "$mode" ;;
             esac
         done
@@ -223,6 +224,13 @@ lane_vitdet() {  # ViTDet's windowed ViT-B + simple feature pyramid, 512 x 512
     for mode in fp32 amp; do
         train_and_test vitdet_vit-b16_shapes "$cfg" "$mode"
         train_and_test vitdet_vit-b16_shapes "$cfg" "${mode}_cp" model.backbone.with_cp=True
+    done
+    # DETR panoptic: the box stage, then the mask stage from its checkpoint (detector frozen)
+    local boxes=configs/detr_panoptic/detr_vit_shapes_panoptic_boxes.py
+    for mode in fp32 amp; do
+        train_and_test detr_panoptic_boxes "$boxes" "$mode"
+        train_and_test detr_panoptic_masks configs/detr_panoptic/detr_vit_shapes_panoptic.py \
+            "$mode" "load_from=$OUT/detr_panoptic_boxes-$mode/iter_$ITERS.pth"
     done
 }
 
