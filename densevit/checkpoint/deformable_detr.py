@@ -74,6 +74,14 @@ with torchvision's names, or an HF ``ResNet``, converted by
 ``model.decoder.class_embed``), two-stage ``model.{enc_output, enc_output_norm, pos_trans,
 pos_trans_norm}``.
 
+**MMDetection 3.x** ``DINO`` (zoo ``dino-4scale_r50_…``; mmdet/models/detectors/dino.py,
+layers/transformer/dino_layers.py) -> densevit's ``DeformableDETR`` with a ``DINOHead``:
+MMDetection's Deformable DETR layout (two-stage with refinement) plus
+``query_embedding.weight`` [Q, D] (content queries only) -> ``bbox_head.content_embed``,
+``decoder.ref_point_head.layers.{0,1}`` -> ``bbox_head.query_pos_head.layers.{0,1}``,
+``decoder.norm`` -> ``bbox_head.decoder_norm``, ``dn_query_generator.label_embedding`` ->
+``bbox_head.dn.label_embed``; no ``pos_trans_*``. Signature ``decoder.ref_point_head``.
+
 Build the densevit head with the checkpoint's ``with_box_refine``, ``as_two_stage``,
 ``num_classes``, ``num_queries``, levels and widths (the configs in
 ``configs/deformable_detr/`` mirror the mmdet zoo's).
@@ -207,13 +215,26 @@ def _zero_input_proj_bias(state_dict):
     return out
 
 
-def mmdet_layout(refine, num_convs):
-    """``num_convs``: the ChannelMapper's 1x1 convs (its extra convs follow them)."""
+# DINO's additions to MMDetection's Deformable DETR layout (tried before its rules)
+_MM_DINO = [
+    (r'query_embedding\.weight', 'bbox_head.content_embed.weight'),
+    (r'decoder\.ref_point_head\.layers\.(0|1)\.' + _LEAF,
+     r'bbox_head.query_pos_head.layers.\1.\2'),
+    (r'decoder\.norm\.' + _LEAF, r'bbox_head.decoder_norm.\1'),
+    (r'dn_query_generator\.label_embedding\.weight', 'bbox_head.dn.label_embed.weight'),
+]
+
+
+def mmdet_layout(refine, num_convs, dino=False):
+    """``num_convs``: the ChannelMapper's 1x1 convs (its extra convs follow them);
+    ``dino``: MMDetection's ``DINO`` (signature: the decoder's ``ref_point_head``)."""
     drop = {} if refine else _shared_drop(r'bbox_head\.', 'cls_branches|reg_branches')
     dec = r'decoder\.layers\.(\d+)\.'
+    name, signature = ('MMDetection DINO', r'^decoder\.ref_point_head\.') if dino else \
+        ('MMDetection Deformable DETR', r'^encoder\.layers\.\d+\.self_attn\.sampling_offsets\.')
     return Layout(
-        'MMDetection Deformable DETR', r'^encoder\.layers\.\d+\.self_attn\.sampling_offsets\.',
-        [
+        name, signature,
+        (_MM_DINO if dino else []) + [
             (r'(backbone\..+)', r'\1'),
             (r'neck\.convs\.(\d+)\.conv\.' + _LEAF, r'bbox_head.input_proj.\1.0.\2'),
             (r'neck\.convs\.(\d+)\.gn\.' + _LEAF, r'bbox_head.input_proj.\1.1.\2'),
@@ -258,9 +279,10 @@ def model_layouts(state_dict):
     """Whole-model layouts of this family (see :mod:`densevit.checkpoint.model`)."""
     keys = list(state_dict)
     num_convs = len({k.split('.')[2] for k in keys if k.startswith('neck.convs.')})
+    refined = _mmdet_refined(state_dict)
     return [hf_layout(any(re.match(_M + r'decoder\.bbox_embed\.', k) for k in keys)),
             official_layout(any(k.startswith('transformer.decoder.bbox_embed.') for k in keys)),
-            mmdet_layout(_mmdet_refined(state_dict), num_convs)]
+            mmdet_layout(refined, num_convs), mmdet_layout(refined, num_convs, dino=True)]
 
 
 def convert_deformable_detr(state_dict, strict=False):

@@ -3,7 +3,7 @@
 
 One export per backbone of the matrix, each with ONE head, and every head (SETR Naive / PUP /
 MLA, SegFormer, DETR, Deformable DETR plain / with box refinement / refinement + two-stage,
-Plain-DETR, Conditional DETR, DAB-DETR, EoMT's mask classification)
+DINO, Plain-DETR, Conditional DETR, DAB-DETR, EoMT's mask classification)
 and the simple feature pyramid on at least one backbone: not the full product, which would
 take an export per cell (the export, tracing with symbolic sizes, is what these tests spend
 their time on). ``ROWS`` names each row's (matrix backbone, head):
@@ -24,6 +24,7 @@ deformable_detr_vit_sfp                       ViT + SFP (detection quickstart)  
                                                                                   box refinement
 deformable_detr_refine_twostage_vit_relative  ViT, relative bias every layer      Deformable DETR,
                                                                                   refine + two-stage
+dino_resnet50                                 ResNet-50                           DINO
 plain_detr_vit                                ViT, learned 1D PE, no class token  Plain-DETR (BoxRPB,
                                                                                   two-stage)
 conditional_detr_resnet50                     ResNet-50                           Conditional DETR
@@ -156,6 +157,12 @@ MODEL_CFGS = {
     'deformable_detr_refine_twostage_vit_relative': lambda: dict(
         type='DeformableDETR', backbone=_vit(dict(type='relative', placement='every_layer')),
         bbox_head=_deformable_head(2, refine=True, two_stage=True, decoder_layers=1)),
+    # DINO: two-stage by the best class, per-layer positional queries from the boxes
+    'dino_resnet50': lambda: dict(
+        type='DeformableDETR', backbone=dict(RESNET50, out_indices=(1, 2, 3)),
+        bbox_head=dict(type='DINOHead', num_classes=K, embed_dims=32, num_queries=6,
+                       num_feature_levels=4, num_dets=10,
+                       transformer=dict(DEFORMABLE_TRANSFORMER, num_decoder_layers=2))),
     'plain_detr_vit': lambda: dict(
         type='DETR', backbone=dict(VIT, with_cls_token=False),
         bbox_head=dict(type='PlainDETRHead', num_classes=K, embed_dims=32, num_queries=6,
@@ -190,12 +197,13 @@ ROWS = {
     'deformable_detr_vit_sfp': ('vit', 'deformable_detr (refine)'),
     'deformable_detr_refine_twostage_vit_relative': (
         'vit-pe-relative-every_layer', 'deformable_detr (refine, two-stage)'),
+    'dino_resnet50': ('resnet50', 'dino'),
     'plain_detr_vit': ('vit', 'plain_detr'),
     'conditional_detr_resnet50': ('resnet50', 'conditional_detr'),
     'dab_detr_swin': ('swin', 'dab_detr'),
     'eomt_vit': ('vit (registers, layer scale)', 'eomt'),
 }
-DET = [n for n in MODEL_CFGS if 'detr' in n]
+DET = [n for n in MODEL_CFGS if 'detr' in n or 'dino' in n]
 MASK = ['eomt_vit']
 SEG = [n for n in MODEL_CFGS if n not in DET + MASK]
 #: rows whose model is a tiny trained checkpoint of the session: name -> its kind

@@ -118,7 +118,7 @@ def test_rows_cover_the_backbone_head_matrix():
     assert {b for b, _ in matrix.COMBOS} <= backbones, 'a matrix backbone has no ONNX row'
     assert {h for _, h in matrix.COMBOS} <= heads, 'a matrix head has no ONNX row'
     assert {'deformable_detr', 'deformable_detr (refine)',
-            'deformable_detr (refine, two-stage)'} <= heads
+            'deformable_detr (refine, two-stage)', 'dino'} <= heads
     assert set(ROWS) == set(SEG + DET + MASK)
 
 

@@ -84,10 +84,11 @@ class DeformableDETRHead(DETRHead):
             c = embed_dims
         self.transformer = DeformableDetrTransformer(
             embed_dims=embed_dims, num_levels=num_feature_levels, **transformer)
-        pe = dict(num_feats=embed_dims // 2, normalize=True, offset=-0.5, **positional_encoding)
+        pe = dict(dict(num_feats=embed_dims // 2, normalize=True, offset=-0.5),
+                  **positional_encoding)
         self.positional_encoding = SinePositionalEncoding2D(**pe)
         if as_two_stage:
-            self.proposals = EncoderProposals(embed_dims)
+            self.proposals = EncoderProposals(embed_dims, with_queries=self.proposal_queries)
         else:
             self.query_embed = nn.Embedding(num_queries, 2 * embed_dims)  # (query_pos, tgt)
             self.reference_points = nn.Linear(embed_dims, 2)
@@ -142,6 +143,23 @@ class DeformableDETRHead(DETRHead):
     # Deformable DETR's references rank every pixel, padding included (its proposals are
     # invalid, +inf): kept so that equal weights give equal outputs
     rank_valid_only = False
+    # two-stage: the queries are the chosen boxes' sine embeddings, projected (Deformable
+    # DETR); the proposals rank by the first class logit and are scored class-agnostically
+    # on every pixel (DINO's head changes all three)
+    proposal_queries = True
+    enc_class_agnostic = True
+
+    def proposal_score(self, logits):
+        """[B, S, K] pixel logits -> [B, S]: the score that ranks the proposals."""
+        return logits[..., 0]
+
+    def proposal_outputs(self, logits, box_logits, top):
+        """The encoder outputs the losses score (``enc_outputs``): every pixel's."""
+        return dict(pred_logits=logits, pred_boxes=box_logits.sigmoid())
+
+    def decode_kwargs(self):
+        """Extra arguments of :meth:`DeformableDetrTransformer.decode` (DINO's options)."""
+        return {}
 
     def two_stage_queries(self, memory, mask, shapes, num=None):
         """Score every encoder pixel's box; the top ``num`` (default ``num_queries``) by the
@@ -151,7 +169,7 @@ class DeformableDETRHead(DETRHead):
         pixels, proposals = self.proposals(memory, mask, shapes)
         logits = run_in_fp32(self.class_embed[-1], pixels)
         box_logits = run_in_fp32(self.bbox_embed[-1], pixels) + proposals
-        score, wanted = logits[..., 0], num or self.num_queries
+        score, wanted = self.proposal_score(logits), num or self.num_queries
         if wanted > score.shape[1]:
             raise ValueError(f'{type(self).__name__}: two-stage picks {wanted} queries among '
                              f'the pixels of the feature map, which has only {score.shape[1]} '
@@ -161,8 +179,10 @@ class DeformableDETRHead(DETRHead):
             score = score.masked_fill(torch.isinf(proposals).any(-1), float('-inf'))
         top = score.topk(wanted, dim=1)[1]
         chosen = box_logits.gather(1, top[..., None].expand(-1, -1, 4)).detach()
+        enc = self.proposal_outputs(logits, box_logits, top)
+        if not self.proposal_queries:
+            return None, None, chosen.sigmoid(), enc
         query_pos, tgt = self.proposals.queries(chosen)
-        enc = dict(pred_logits=logits, pred_boxes=box_logits.sigmoid())
         return tgt, query_pos, chosen.sigmoid(), enc
 
     def build_queries(self, tgt, query_pos, reference, data_samples=None):
@@ -172,9 +192,15 @@ class DeformableDETRHead(DETRHead):
         dn = self.build_denoising(data_samples)
         if dn is None:
             return tgt, query_pos, reference, None, None
-        dn_ref = dn['boxes'][..., :reference.shape[-1]]
-        return (torch.cat([dn['tgt'], tgt], 1), torch.cat([dn['query_pos'], query_pos], 1),
+        dn_ref = self.dn_reference(dn['boxes'])[..., :reference.shape[-1]]
+        query_pos = None if query_pos is None else torch.cat([dn['query_pos'], query_pos], 1)
+        return (torch.cat([dn['tgt'], tgt], 1), query_pos,
                 torch.cat([dn_ref, reference], 1), dn['attn_mask'], dn)
+
+    @staticmethod
+    def dn_reference(boxes):
+        """The noised boxes [B, N_dn, 4] -> the DN queries' reference boxes."""
+        return boxes
 
     def project_levels(self, feats, pixel_mask):
         """feats: tuple of [B, C_l, H_l, W_l]; pixel_mask [B, H, W] (True = padding) ->
@@ -208,7 +234,7 @@ class DeformableDETRHead(DETRHead):
         hs, refs = run_in_fp32(
             self.transformer.decode, tgt, query_pos, reference, memory, mask, shapes, ratios,
             bbox_embed=self.bbox_embed if self.with_box_refine else None,
-            self_attn_mask=attn_mask)
+            self_attn_mask=attn_mask, **self.decode_kwargs())
         logits, boxes = [], []
         for i, (h, ref) in enumerate(zip(hs, refs, strict=True)):
             logits.append(run_in_fp32(self._layer(self.class_embed, i), h))
@@ -232,9 +258,10 @@ class DeformableDETRHead(DETRHead):
         losses = super().layer_losses(out, targets, num_boxes, prefix)
         enc = out.get('enc_outputs')
         if enc is not None:
-            agnostic = [dict(t, labels=torch.zeros_like(t['labels'])) for t in targets]
+            if self.enc_class_agnostic:
+                targets = [dict(t, labels=torch.zeros_like(t['labels'])) for t in targets]
             losses.update({prefix + 'enc_' + k: v for k, v in
-                           self.loss_by_layer(enc, agnostic, num_boxes).items()})
+                           self.loss_by_layer(enc, targets, num_boxes).items()})
         return losses
 
     def postprocess(self, logits, boxes, meta, rescale=True):

@@ -57,10 +57,20 @@ class DenoisingQueries(nn.Module):
         contrastive (bool): DINO's contrastive denoising: each group also holds a
             negative copy of every box, noised between ``box_noise_scale`` and
             ``2·box_noise_scale`` (relative), whose target is "no object".
+        noise (str): ``'centre'`` (DN-DETR: centre shifted, width / height scaled) or
+            ``'corners'`` (DINO: each corner of the xyxy box moved by up to
+            ``scale·(w/2, h/2)``, clamped to the image).
+        group_rule (str): ``'queries'``: groups = num_dn_queries // (group size), so the DN
+            queries never exceed ``num_dn_queries``; ``'boxes'`` (DINO's code): groups =
+            num_dn_queries // (most GT boxes), the negatives coming on top.
+        box_pos (bool): give the DN queries a positional query MLP(sine(noised box));
+            False for heads that derive every query's position from its reference box
+            (DINO): ``query_pos`` is then None.
     """
 
     def __init__(self, num_classes, embed_dims, label_noise_scale=0.5, box_noise_scale=1.0,
-                 num_dn_queries=100, num_groups=None, contrastive=False):
+                 num_dn_queries=100, num_groups=None, contrastive=False, noise='centre',
+                 group_rule='queries', box_pos=True):
         super().__init__()
         self.num_classes = num_classes
         self.label_noise_scale = label_noise_scale
@@ -68,15 +78,28 @@ class DenoisingQueries(nn.Module):
         self.num_dn_queries = num_dn_queries
         self.num_groups = num_groups
         self.contrastive = contrastive
+        if noise not in ('centre', 'corners'):
+            raise ValueError(f"DenoisingQueries: noise must be 'centre' or 'corners', got "
+                             f'{noise!r}')
+        if group_rule not in ('queries', 'boxes'):
+            raise ValueError(f"DenoisingQueries: group_rule must be 'queries' or 'boxes', "
+                             f'got {group_rule!r}')
+        self.noise, self.group_rule = noise, group_rule
         self.label_embed = nn.Embedding(num_classes, embed_dims)
         self.num_feats = embed_dims // 2
-        self.box_pos = MLP(4 * self.num_feats, embed_dims, embed_dims, 2)
+        self.box_pos = MLP(4 * self.num_feats, embed_dims, embed_dims, 2) if box_pos else None
 
     def _noise_boxes(self, boxes, lo, hi):
         """boxes [N, 4] cxcywh -> noised, relative noise magnitude uniform in [lo, hi)."""
         sign = torch.randint(0, 2, boxes.shape, device=boxes.device) * 2.0 - 1.0
         mag = lo + torch.rand_like(boxes) * (hi - lo)
-        diff = torch.cat([boxes[:, 2:] / 2, boxes[:, 2:]], -1) * self.box_noise_scale
+        half = boxes[:, 2:] / 2
+        if self.noise == 'corners':
+            corners = torch.cat([boxes[:, :2] - half, boxes[:, :2] + half], -1)
+            corners = (corners + sign * mag * half.repeat(1, 2) * self.box_noise_scale).clamp(0, 1)
+            return torch.cat([(corners[:, :2] + corners[:, 2:]) / 2,
+                              corners[:, 2:] - corners[:, :2]], -1)
+        diff = torch.cat([half, boxes[:, 2:]], -1) * self.box_noise_scale
         noised = boxes + sign * mag * diff
         return torch.cat([noised[:, :2].clamp(0, 1), noised[:, 2:].clamp(1e-3, 1)], -1)
 
@@ -91,7 +114,8 @@ class DenoisingQueries(nn.Module):
         sizes = [len(t['labels']) for t in targets]
         pad = max(sizes)
         parts = 2 if self.contrastive else 1
-        groups = self.num_groups or max(1, self.num_dn_queries // (pad * parts))
+        per_group = pad * parts if self.group_rule == 'queries' else pad
+        groups = self.num_groups or max(1, self.num_dn_queries // per_group)
         size = pad * parts
         B = len(targets)
         labels = torch.zeros(B, groups, size, dtype=torch.long, device=device)
@@ -135,7 +159,7 @@ class DenoisingQueries(nn.Module):
 
         Returns:
             dict | None (None when the batch has no GT box): ``tgt`` [B, N_dn, D],
-            ``query_pos`` [B, N_dn, D], ``boxes`` [B, N_dn, 4] (noised, cxcywh),
+            ``query_pos`` [B, N_dn, D] (None without ``box_pos``), ``boxes`` [B, N_dn, 4] (noised, cxcywh),
             ``attn_mask`` [N_dn+Q, N_dn+Q] bool, ``num_dn`` (int), ``num_groups`` (int),
             ``indices`` (list of (DN query idx, target idx) per image, the fixed
             assignment of positive queries), ``group_size`` (int).
@@ -146,14 +170,15 @@ class DenoisingQueries(nn.Module):
         labels, boxes, real, groups, pad = self._layout(targets, device)
         B, G, size = labels.shape
         tgt = self.label_embed(labels) * real[..., None]
-        query_pos = self.box_pos(box_sine_embedding(boxes, self.num_feats))
+        query_pos = None if self.box_pos is None else \
+            self.box_pos(box_sine_embedding(boxes, self.num_feats)).view(B, G * size, -1)
         indices = []
         for t in targets:
             n = len(t['labels'])
             tgt_idx = torch.arange(n, dtype=torch.int64)
             src = torch.cat([g * size + tgt_idx for g in range(G)]) if n else tgt_idx
             indices.append((src, tgt_idx.repeat(G)))
-        return dict(tgt=tgt.view(B, G * size, -1), query_pos=query_pos.view(B, G * size, -1),
+        return dict(tgt=tgt.view(B, G * size, -1), query_pos=query_pos,
                     boxes=boxes.view(B, G * size, 4),
                     attn_mask=self.attn_mask(G, size, num_queries, device),
                     num_dn=G * size, num_groups=G, group_size=size, indices=indices)

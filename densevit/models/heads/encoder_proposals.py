@@ -52,15 +52,18 @@ class EncoderProposals(nn.Module):
         embed_dims (int): D.
         base_size (float): a proposal's width = height on the first level, doubled per
             level (0.05, Deformable DETR's).
+        with_queries (bool): build :meth:`queries`' projection (False for DINO, whose
+            queries' positions come from the decoder and content is learned).
     """
 
-    def __init__(self, embed_dims=256, base_size=0.05):
+    def __init__(self, embed_dims=256, base_size=0.05, with_queries=True):
         super().__init__()
         self.base_size = base_size
         self.memory_fc = nn.Linear(embed_dims, embed_dims)
         self.memory_norm = nn.LayerNorm(embed_dims)
-        self.pos_fc = nn.Linear(2 * embed_dims, 2 * embed_dims)
-        self.pos_norm = nn.LayerNorm(2 * embed_dims)
+        if with_queries:
+            self.pos_fc = nn.Linear(2 * embed_dims, 2 * embed_dims)
+            self.pos_norm = nn.LayerNorm(2 * embed_dims)
         self.embed_dims = embed_dims
 
     def forward(self, memory, mask, spatial_shapes):

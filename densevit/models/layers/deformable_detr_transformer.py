@@ -158,35 +158,48 @@ class DeformableDetrTransformer(nn.Module):
         return src, mask, shapes, ratios
 
     def decode(self, tgt, query_pos, reference_points, memory, mask, shapes, ratios,
-               bbox_embed=None, self_attn_mask=None):
+               bbox_embed=None, self_attn_mask=None, query_pos_fn=None,
+               look_forward_twice=False, refine_eps=1e-5, out_norm=None):
         """Run the decoder.
 
         Args:
-            tgt, query_pos (Tensor): [B, Q, D].
+            tgt, query_pos (Tensor): [B, Q, D] (``query_pos`` None with ``query_pos_fn``).
             reference_points (Tensor): [B, Q, 2] (x, y) or [B, Q, 4] (cx, cy, w, h) in [0, 1]
                 of the unpadded image.
             bbox_embed (nn.ModuleList | None): per-layer box predictors for iterative box
                 refinement: after layer i, the reference becomes its box prediction
                 (detached); None keeps the initial reference.
+            query_pos_fn (callable | None): every layer's positional query is
+                ``query_pos_fn(box)`` [B, Q, D] of its reference box [B, Q, 4] in the padded
+                map (DINO: an MLP of the box's sine embedding).
+            look_forward_twice (bool): the reference layer i+1's output is relative to is
+                layer i's prediction *with* its gradient (DINO); the one its deformable
+                attention samples around stays detached.
+            refine_eps (float): ``inverse_sigmoid``'s eps in the refinement (DINO's: 1e-3).
+            out_norm (nn.Module | None): a LayerNorm applied to every layer's returned output
+                (not to what the next layer reads).
 
         Returns:
             hs [N_layers, B, Q, D]; references: list (one per layer) of [B, Q, 2 or 4],
-            the reference each layer's output is relative to (the one that entered it).
+            the reference each layer's output is relative to.
         """
         hs, refs = [], []
-        out = tgt
+        out, prev = tgt, reference_points
         for i, layer in enumerate(self.decoder):
             scale = ratios if reference_points.shape[-1] == 2 else torch.cat([ratios, ratios], -1)
             ref_input = reference_points[:, :, None] * scale[:, None]
+            if query_pos_fn is not None:
+                query_pos = query_pos_fn(ref_input[:, :, 0])
             out = layer(out, query_pos, ref_input, memory, shapes, mask, self_attn_mask)
-            hs.append(out)
-            refs.append(reference_points)
+            hs.append(out if out_norm is None else out_norm(out))
+            refs.append(prev)
             if bbox_embed is not None:
                 delta = run_in_fp32(bbox_embed[i], out)  # refinement in float32 under bf16
+                old = inverse_sigmoid(reference_points, eps=refine_eps)
                 if reference_points.shape[-1] == 4:
-                    new = delta + inverse_sigmoid(reference_points)
+                    new = (delta + old).sigmoid()
                 else:
-                    new = torch.cat([delta[..., :2] + inverse_sigmoid(reference_points),
-                                     delta[..., 2:]], -1)
-                reference_points = new.sigmoid().detach()
+                    new = torch.cat([delta[..., :2] + old, delta[..., 2:]], -1).sigmoid()
+                reference_points = new.detach()
+            prev = new if look_forward_twice and bbox_embed is not None else reference_points
         return torch.stack(hs), refs

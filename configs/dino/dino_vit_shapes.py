@@ -1,0 +1,21 @@
+# Quickstart-size DINO on the shapes: the Deformable DETR quickstart
+# (configs/quickstart/deformable_detr_vit_shapes.py: the small ViT, the simple feature pyramid,
+# 3 levels, its schedule and data) with DINO's head: two-stage with mixed query selection,
+# look forward twice, contrastive denoising (20 DN queries), focal loss weight 1, top-100
+# detections. Queries are few (30) as the quickstart's. Not trained to the end yet: no AP
+# measured.
+#   python tools/train.py configs/dino/dino_vit_shapes.py
+_base_ = ['../quickstart/deformable_detr_vit_shapes.py']
+
+embed_dims = 128
+model = dict(bbox_head=dict(
+    _delete_=True,
+    type='DINOHead', num_classes=3, embed_dims=embed_dims, num_queries=30,
+    num_feature_levels=3, num_dets=100,
+    transformer=dict(num_heads=4, num_points=4, num_encoder_layers=2, num_decoder_layers=3,
+                     feedforward_channels=512, dropout=0.0),
+    # the head's defaults: DINO's image encoding (temperature 20, no offset) and criterion
+    dn_cfg=dict(label_noise_scale=0.5, box_noise_scale=1.0, num_dn_queries=20)))
+
+# DINO's recipe has no slower sampling offsets (the quickstart's ViT has no lr multiplier)
+optim_wrapper = dict(paramwise_cfg=dict(_delete_=True, custom_keys={}))
