@@ -202,11 +202,13 @@ lane_tests() {
 lane_quickstarts() {
     local name mode
     for name in detr_vit_shapes eomt_vit_shapes_semantic eomt_vit_shapes_panoptic \
-            mask2former_vit_shapes_panoptic deformable_detr_vit_shapes segformer_shapes; do
+            mask2former_vit_shapes_panoptic dino_vit_shapes deformable_detr_vit_shapes \
+            segformer_shapes; do
         for mode in fp32 amp; do
             case $name in
                 eomt_*) train_and_test "$name" "configs/eomt/$name.py" "$mode" ;;
                 mask2former_*) train_and_test "$name" "configs/mask2former/$name.py" "$mode" ;;
+                dino_*) train_and_test "$name" "configs/dino/$name.py" "$mode" ;;
                 *) train_and_test "$name" "configs/quickstart/$name.py" "$mode" ;;
             esac
         done
