@@ -44,10 +44,19 @@ def amp_optim_wrapper(optim_wrapper_cfg, cuda=None):
 
     GPU: mmengine's ``AmpOptimWrapper`` (fp16, dynamic loss scale unless the config
     gives one). CPU: :class:`CPUAmpOptimWrapper` (bf16, no ``loss_scale``).
+    A ``SAMOptimWrapper`` config becomes ``SAMCPUAmpOptimWrapper`` on CPU; on GPU it is
+    refused (fp16 SAM with a loss scaler is not implemented).
     """
     cfg = dict(optim_wrapper_cfg)
     cuda = torch.cuda.is_available() if cuda is None else cuda
-    if cuda:
+    if cfg.get('type') == 'SAMOptimWrapper':
+        if cuda:
+            raise ValueError('--amp with SAMOptimWrapper on GPU (fp16 with a loss scaler) is '
+                             'not supported: train SAM in fp32 there, or use --amp on CPU '
+                             '(bf16)')
+        cfg['type'] = 'SAMCPUAmpOptimWrapper'
+        cfg.pop('loss_scale', None)
+    elif cuda:
         cfg['type'] = 'AmpOptimWrapper'
         cfg.setdefault('loss_scale', 'dynamic')
     else:
