@@ -33,7 +33,7 @@ def test_figure_of_finished_rows(tmp_path):
     from densevit.apis import init_model
     study = REPO / 'configs' / 'studies' / 'vit_pe_seg'
     for row, finished in (('learned_2d-stem', True), ('rope-every_layer', True),
-                          ('relative-every_layer', False)):
+                          ('relative-every_layer', False), ('none', True)):
         name = f'vit_seg_shapes_pe-{row}'
         run = tmp_path / 'work' / 'vit_pe_seg' / name / 'seed0'
         run.mkdir(parents=True)
@@ -50,7 +50,7 @@ def test_figure_of_finished_rows(tmp_path):
     out, data = tmp_path / 'fig.png', tmp_path / 'fig.json'
     run = subprocess.run([sys.executable, 'tools/analysis/study_pos_embed.py', str(study),
                           '--work-root', str(tmp_path / 'work'), '--results',
-                          str(tmp_path / 'results'), '--out', str(out), '--json', str(data)],
+                          str(tmp_path / 'results'), '--out', str(out), '--json', str(data), '--with-grids'],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert out.stat().st_size > 10_000
@@ -58,7 +58,8 @@ def test_figure_of_finished_rows(tmp_path):
     assert [p['row'] for p in panels['results']] == ['learned_2d-stem', 'rope-every_layer']
     assert [p['kind'] for p in panels['results']] == ['cosine', 'rope_similarity']
     assert 'relative-every_layer (not finished)' in panels['skipped']
-    assert 'none (not finished)' in panels['skipped']
+    assert 'none (no position embedding)' in panels['skipped']
+    assert 'learned_1d-stem (not finished)' in panels['skipped']
     grid = np.array(panels['results'][0]['grid'])
     assert grid.shape == (12, 12, 12, 12)
     # cosine similarity: 1 of a patch with itself, symmetric

@@ -1,7 +1,7 @@
 """The position embeddings a study's runs learned, one panel per row (ViT paper, Fig. 7 centre).
 
     python tools/analysis/study_pos_embed.py STUDY_DIR [--seed 0] [--work-root work_dirs/studies]
-        [--results docs/results] [--out FIG.png] [--json FILE]
+        [--results docs/results] [--out FIG.png] [--json FILE [--with-grids]]
 
 For every config of ``STUDY_DIR`` (a folder of ``tools/run_study.py``: ``configs/studies/vit_pe_seg``)
 whose run of ``--seed`` has finished (its metrics file ``<results>/<study>/<config>/seed<S>.json``
@@ -65,7 +65,7 @@ def study_tables(study_dir, work_root, seed, results='docs/results'):
             skipped.append(f'{row} (not finished)')
             continue
         _, vit = load_vit_model(config, ckpt)
-        tables = position_similarity(vit)
+        tables = position_similarity(vit) if vit.pos_embed_type != 'none' else []
         if not tables:
             skipped.append(f'{row} (no position embedding)')
             continue
@@ -108,7 +108,9 @@ def main():
     p.add_argument('--work-root', default='work_dirs/studies')
     p.add_argument('--results', default='docs/results', help="run_study.py's metrics files")
     p.add_argument('--out', help='the PNG (default: docs/analysis/pos_embed_<study>.png)')
-    add_json_argument(p, 'each panel\'s grid and checkpoint')
+    p.add_argument('--with-grids', action='store_true',
+                   help='also write each panel\'s [h, w, h, w] grid to the JSON')
+    add_json_argument(p, 'each panel\'s row, kind, value range and checkpoint')
     args = p.parse_args()
     study = osp.basename(osp.normpath(args.study_dir))
     out = args.out or osp.join('docs', 'analysis', f'pos_embed_{study}.png')
@@ -123,8 +125,14 @@ def main():
     if skipped:
         print('not shown: ' + ', '.join(skipped))
     if args.json:
-        write_result(args.json, [dict(p, grid=p['grid'].tolist()) for p in panels],
-                     skipped=skipped, seed=args.seed)
+        rows = []
+        for panel in panels:
+            row = dict(panel, min=float(panel['grid'].min()), max=float(panel['grid'].max()))
+            grid = row.pop('grid')
+            if args.with_grids:  # [h, w, h, w] each, 4 decimals (megabytes for a whole study)
+                row['grid'] = np.round(grid, 4).tolist()
+            rows.append(row)
+        write_result(args.json, rows, skipped=skipped, seed=args.seed)
 
 
 if __name__ == '__main__':
