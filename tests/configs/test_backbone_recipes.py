@@ -8,13 +8,26 @@ from mmengine.registry import DefaultScope
 from test_all_configs import BEIT, CONFIGS, DINOV2, UPERNET, VITDET, build_model, load
 
 
+def test_vitdet_shapes_config_is_the_coco_model_at_512():
+    """The GPU-check twin (tools/dev/gpu_check.sh): the COCO recipe's backbone options and
+    pyramid on the shapes at 512 x 512, from scratch (no MAE file), four levels."""
+    coco = load(CONFIGS / 'vitdet' / 'vitdet_vit-b16_sfp_deformable_detr_coco.py').model
+    shapes = load(CONFIGS / 'vitdet' / 'vitdet_vit-b16_sfp_deformable_detr_shapes.py').model
+    keys = ('arch', 'patch_size', 'window_size', 'global_attn_indexes', 'decomposed_rel_pos',
+            'with_cls_token', 'final_norm', 'out_indices')
+    assert {k: shapes.backbone[k] for k in keys} == {k: coco.backbone[k] for k in keys}
+    assert shapes.backbone.img_size == 512 and 'init_cfg' not in shapes.backbone
+    assert shapes.neck.scale_factors == coco.neck.scale_factors
+    assert shapes.bbox_head.num_feature_levels == 4
+
+
 def test_vitdet_deformable_detr_recipe():
     """ViTDet's ViT-B/16 (windows of 14, blocks 2, 5, 8, 11 global, decomposed relative
     positions, no class token, MAE's file) through a simple feature pyramid into Deformable
     DETR at 1024: builds and runs on the meta device (a non-square input too: windows pad),
     layer-wise lr decay with the tables at their block's rate; no number claimed."""
     path = CONFIGS / 'vitdet' / 'vitdet_vit-b16_sfp_deformable_detr_coco.py'
-    assert VITDET == [path]
+    assert VITDET == [path, CONFIGS / 'vitdet' / 'vitdet_vit-b16_sfp_deformable_detr_shapes.py']
     first = path.read_text().split('\n')[0]
     assert first.startswith("# ViTDet's ViT-B/16") and 'not measured' in first
     cfg = load(path)
