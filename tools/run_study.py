@@ -35,10 +35,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mmengine.config import Config
 
+from densevit.analysis.study_rows import position, row_name  # noqa: F401  (run_study.position)
 from densevit.models.layers.pos_embed_builder import (
     PLACEMENTS,
     POSITION_EMBEDDING_TYPES,
-    parse_position_embedding_cfg,
 )
 from densevit.utils.provenance import write_result
 
@@ -95,11 +95,6 @@ def parse_args(argv=None):
     return args
 
 
-def row_name(config):
-    """``detr_vit_shapes_pe-learned_1d-stem.py`` -> ``learned_1d-stem``; else the stem."""
-    return osp.splitext(osp.basename(config))[0].split('_pe-', 1)[-1]
-
-
 def seeds_per_config(configs, seeds, three_seed_rows=(), three_seeds=(0, 1, 2)):
     """``{config: seeds}``; a row of ``three_seed_rows`` that is no config's is a ValueError."""
     rows = {row_name(c): c for c in configs}
@@ -130,20 +125,6 @@ def budget_options(config, max_iters):
             scaled = [round(m * max_iters / old) for m in s['milestones']]
             options.append(f'{key}.milestones=[{",".join(map(str, scaled))}]')
     return options
-
-
-def position(config):
-    """(row, column) of ``config`` in the table: its ViT's position-embedding type and
-    placement ('none' in the stem column), or (row name, '') without a ``pos_embed``. RoPE's
-    other convention and RoPE-Mixed are rows of their own ('rope dinov3', 'rope mixed')."""
-    backbone = Config.fromfile(config).model.get('backbone') or {}
-    if 'pos_embed' not in backbone:
-        return row_name(config), ''
-    pe_type, placement, options = parse_position_embedding_cfg(backbone['pos_embed'])
-    if pe_type == 'rope':  # its variants are rows of their own: 'rope dinov3', 'rope mixed'
-        variant = [options['convention']] if options.get('convention', 'eva02') != 'eva02' else []
-        pe_type = ' '.join([pe_type, *variant, *(['mixed'] if options.get('mixed') else [])])
-    return pe_type, placement or 'stem'
 
 
 def train_grid(args, plan, options):

@@ -22,12 +22,8 @@ import textwrap
 
 import numpy as np
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, osp.join(ROOT, 'tools'))
-
-from run_study import position, row_name  # noqa: E402
-
-from densevit.utils.provenance import add_json_argument, write_result  # noqa: E402
+from densevit.analysis.study_rows import position, row_name
+from densevit.utils.provenance import add_json_argument, write_result
 
 KIND_LABEL = {'cosine': 'cosine', 'relative_bias': 'bias', 'rope_similarity': 'RoPE cos'}
 
