@@ -166,17 +166,18 @@ fi
 NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
 export DENSEVIT_TEST_DEVICE=cuda
 
-# 1. the CUDA check: CPU-vs-CUDA equality, then, in three lanes at once (a GPU of 80 GB and 16
-# cores hold them; each lane's steps run in turn, their output in OUT/logs/lane_*.log): the
+# 1. the CUDA check, in five lanes at once (a GPU of 80 GB and 16 cores hold them; each lane's
+# steps run in turn, their output in OUT/logs/lane_*.log): CPU-vs-CUDA equality, then the
 # cuda_path tests; the quickstarts in fp32 and fp16 AMP, each followed by tools/test.py, and
-# torchrun; the windowed ViT-B detector with and without activation checkpointing
-step pytest_cuda 240 "$PY" -m pytest -v -rs tests/cuda
+# torchrun; Mask2Former and DINO; the windowed ViT-B detector with and without activation
+# checkpointing, then DETR panoptic; the self-supervised quickstarts
 
 # -v: one line per test as it ends, so a step cut by its limit still names what failed; a
 # module that cannot be collected (a missing optional reference package) is reported, not fatal
 XDIST=(-v -p no:cacheprovider --continue-on-collection-errors)
 if "$PY" -c 'import xdist' 2>/dev/null; then XDIST+=(-n "${PYTEST_WORKERS:-8}"); fi
-if "$PY" -c 'import pytest_timeout' 2>/dev/null; then XDIST+=(--timeout 300); fi
+# a test that hangs fails with its stack inside the step's limit instead of hiding the summary
+if "$PY" -c 'import pytest_timeout' 2>/dev/null; then XDIST+=(--timeout 150); fi
 
 # train_NAME_MODE then test_NAME_MODE: CONFIG for ITERS iterations, MODE fp32 or amp; the rest
 # are more --cfg-options
@@ -196,28 +197,44 @@ train_and_test() {
 }
 
 lane_tests() {
+    step pytest_cuda 240 "$PY" -m pytest -v -rs tests/cuda
     step pytest_cuda_path 600 "$PY" -m pytest -rfE -m cuda_path "${XDIST[@]}"
 }
 
 lane_quickstarts() {
     local name mode
     for name in detr_vit_shapes eomt_vit_shapes_semantic eomt_vit_shapes_panoptic \
-            mask2former_vit_shapes_panoptic dino_vit_shapes deformable_detr_vit_shapes \
-            segformer_shapes; do
+            deformable_detr_vit_shapes segformer_shapes; do
         for mode in fp32 amp; do
             case $name in
                 eomt_*) train_and_test "$name" "configs/eomt/$name.py" "$mode" ;;
-                mask2former_*) train_and_test "$name" "configs/mask2former/$name.py" "$mode" ;;
-                dino_*) train_and_test "$name" "configs/dino/$name.py" "$mode" ;;
                 *) train_and_test "$name" "configs/quickstart/$name.py" "$mode" ;;
             esac
         done
         # torchrun, one process: NCCL process group and DDP around the model
-        if [ "$name" = eomt_vit_shapes_semantic ]; then
+        if [ "$name" = eomt_vit_shapes_panoptic ]; then
             PORT=${PORT:-29517} step dist_train_1gpu_detr 180 bash tools/dist_train.sh \
                 configs/quickstart/detr_vit_shapes.py 1 --work-dir "$OUT/dist1_detr" \
                 --cfg-options "train_cfg.max_iters=$ITERS" "train_cfg.val_interval=$ITERS"
         fi
+    done
+}
+
+lane_queries() {  # the query-based models that came after: Mask2Former, DINO
+    local mode
+    for mode in fp32 amp; do
+        train_and_test mask2former_vit_shapes_panoptic \
+            configs/mask2former/mask2former_vit_shapes_panoptic.py "$mode"
+        train_and_test dino_vit_shapes configs/dino/dino_vit_shapes.py "$mode"
+    done
+}
+
+lane_pretrain() {  # the self-supervised quickstarts: MAE, masked patch prediction
+    local name mode
+    for name in mae_vit_shapes_quickstart mpp_vit_shapes_quickstart; do
+        for mode in fp32 amp; do
+            train_and_test "$name" "configs/mae/$name.py" "$mode"
+        done
     done
 }
 
@@ -243,7 +260,9 @@ if [ -n "$DEADLINE" ]; then
 fi
 lane tests lane_tests
 lane quickstarts lane_quickstarts
+lane queries lane_queries
 lane vitdet lane_vitdet
+lane pretrain lane_pretrain
 wait
 PHASE_END=
 

@@ -83,7 +83,8 @@ class MAEPretrainDecoder(BaseModule):
         E = self.num_extra_tokens
         x = self.embed(x)
         B, _, D = x.shape
-        full = self.mask_token.expand(B, hw[0] * hw[1], D)
+        # the mask token in x's dtype: under autocast the Linear above gave bf16 / fp16
+        full = self.mask_token.to(x.dtype).expand(B, hw[0] * hw[1], D)
         full = torch.scatter(full, 1, keep[..., None].expand(-1, -1, D), x[:, E:])
         x = torch.cat([x[:, :E], full], dim=1) + self.pos_embed.table(hw)
         for block in self.blocks:
