@@ -40,6 +40,11 @@ output projections)                                        self_attn.*``
 ``class_predictor``                                        ``decode_head.class_embed``
 =========================================================  ====================================
 
+``T.input_projections.I`` (1x1 convs, ``feature_size`` to ``hidden_dim``): transformers 5.17
+and earlier keep them in a plain list, never saved (HF cannot load such a file back either);
+5.24 saves them. A file of a projecting model without them is refused, naming the cause. Where
+``feature_size`` is ``hidden_dim`` (the Hub's files) there are none, in every version's files.
+
 Dropped: ``criterion.empty_weight`` (HF's class weights of the loss: densevit's criterion makes
 them from ``no_object_weight``) and the final norm of the ``SwinModel`` inside HF's
 ``SwinBackbone``, which it never applies. Origin option ``always_shift=True`` (HF's
@@ -106,6 +111,23 @@ _TRANSFORMER_DECODER = [
     (r'class_predictor\.' + _WB, r'decode_head.class_embed.\1'),
 ]
 
+
+def _check_input_proj(state_dict):
+    """Refuse a file whose decoder projects its memory (``feature_size`` != ``hidden_dim``) but
+    that holds no input projections (transformers <= 5.17 never saved them)."""
+    memory, queries = (state_dict.get(k) for k in ('pixel_decoder.level_embed',
+                                                   'decode_head.level_embed'))
+    if (memory is not None and queries is not None and memory.shape[1] != queries.shape[1]
+            and not any(k.startswith('decode_head.input_proj.') for k in state_dict)):
+        raise ValueError(
+            f'Mask2Former: the decoder projects the {memory.shape[1]}-wide memory to '
+            f'{queries.shape[1]} channels, but the file has no '
+            'model.transformer_module.input_projections.*: transformers up to 5.17 keeps them '
+            'in a plain list, which it never saves (5.24 saves them), so the file cannot give '
+            'the model it was saved from')
+    return state_dict
+
+
 HF_MASK2FORMER_SWIN = Layout(
     'Hugging Face Mask2Former (Swin)',
     r'^model\.transformer_module\.decoder\.mask_predictor\.mask_embedder\.0\.0\.weight$',
@@ -114,7 +136,7 @@ HF_MASK2FORMER_SWIN = Layout(
                                       "weight): densevit's criterion makes them from "
                                       'no_object_weight',
           **{_B + pattern: reason for pattern, reason in HF_SWIN_DROP.items()}},
-    options=dict(HF_SWIN.options))
+    post=_check_input_proj, options=dict(HF_SWIN.options))
 
 
 def model_layouts(state_dict):

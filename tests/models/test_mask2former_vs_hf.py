@@ -5,7 +5,9 @@ reference) on a Swin backbone, with the weights of an HF file (``save_pretrained
 and mask features all 32 wide, 2 decoder layers; ``proj``: a 48-wide decoder with its input
 projections, 16-wide mask features, 3 decoder layers over the three levels, 4 heads):
 
-- the file converts strictly: every key renamed or dropped on purpose, none missing;
+- the file converts strictly: every key renamed or dropped on purpose, none missing; without
+  the decoder's input projections (as transformers 5.17 saves a model that has them) it is
+  refused;
 - eval, at 64 x 64 and 70 x 99: every layer's class and mask logits within 1e-4, and the
   masked attention matters (without it the final masks differ);
 - training in float64 with every random draw (the matcher's points, the loss's oversampled
@@ -93,10 +95,20 @@ def densevit_parts(c):
                          criterion=criterion_cfg(c)))
 
 
+def hf_model(config):
+    """HF's model for ``config`` with its decoder's input projections registered, as 5.24 has
+    them: transformers 5.17 keeps them in a plain list, which ``randomize_`` does not re-draw,
+    ``double()`` does not cast and ``save_pretrained`` does not save."""
+    model = transformers.Mask2FormerForUniversalSegmentation(config)
+    module = model.model.transformer_module
+    module.input_projections = torch.nn.ModuleList(module.input_projections)
+    return model
+
+
 @pytest.fixture(scope='module', params=list(SIZES))
 def hf_file(request, tmp_path_factory):
     """(size, HF model in eval mode with every saved tensor random, its model.safetensors)."""
-    model, path = saved_random_model(transformers.Mask2FormerForUniversalSegmentation, hf_config(request.param),
+    model, path = saved_random_model(hf_model, hf_config(request.param),
                                      tmp_path_factory.mktemp(f'hf_mask2former_{request.param}'))
     return request.param, model, path
 
@@ -135,6 +147,18 @@ def test_the_file_converts_strictly(hf_file):
     assert dropped == {'criterion.empty_weight',
                        'model.pixel_level_module.encoder.swin.layernorm.weight',
                        'model.pixel_level_module.encoder.swin.layernorm.bias'}
+
+
+def test_a_file_without_its_input_projections_is_refused(hf_file):
+    """As transformers 5.17 saves a model that projects: no input projections in the file."""
+    size, hf, path = hf_file
+    state = {k: v for k, v in read_checkpoint(path).items()
+             if not k.startswith('model.transformer_module.input_projections.')}
+    if size == 'd32':  # nothing to project: the same file in every version
+        assert len(convert_model(state, strict=True)) == len(convert_model(read_checkpoint(path)))
+        return
+    with pytest.raises(ValueError, match=r'projects the 32-wide memory to 48 channels'):
+        convert_model(state, strict=True)
 
 
 def no_masking(mask_logits, size, num_heads):

@@ -42,8 +42,10 @@ class GivenDraws:
 def hf_rand(queues, num_points, importance_sample_ratio=0.75, oversample_ratio=3):
     """A stand-in for ``torch.rand`` inside HF's forward and loss: the same draws, told apart by
     HF's shapes: [B, Q] EoMT's masking (``'query_unmask'``), [1, P, 2] the matcher's points,
-    [M, kP, 2] the oversampled and [M, P - rP, 2] the random points of the loss. Returns the
-    function and its queues (empty once every draw is used)."""
+    [M, kP, 2] the oversampled and [M, P - rP, 2] the random points of the loss; [] the layer
+    drop of Mask2Former's decoder, which transformers 5.17 draws for every layer even when
+    ``dropout`` is 0 (5.24 only when it is not): 1, never below the rate, so no layer drops.
+    Returns the function and its queues (empty once every draw is used)."""
     queues = {k: list(v) for k, v in queues.items()}
     kinds = {num_points: 'match_points',
              int(oversample_ratio * num_points): 'oversampled_points',
@@ -51,6 +53,8 @@ def hf_rand(queues, num_points, importance_sample_ratio=0.75, oversample_ratio=3
 
     def rand(*size, **kwargs):
         size = tuple(size[0]) if len(size) == 1 and not isinstance(size[0], int) else size
+        if not size:
+            return torch.ones(())
         name = 'query_unmask' if len(size) == 2 else kinds[size[1]]
         out = queues[name].pop(0)
         if name == 'match_points':
