@@ -6,11 +6,12 @@
 # auxiliary head on the third map (loss weight 0.4); slide test, 512 windows, stride 341.
 # ADE20K mIoU in the BEiT paper (Table 3, BEiT-B self-supervised on ImageNet-1k): 45.6, 47.7
 # with intermediate fine-tuning on ImageNet-1k; expected, not measured here.
-# Two differences from BEiT's recipe: (1) the pyramid: BEiT rescales layers 4, 6, 8 and 12 by
-# 4, 2, 1 and 1/2 (deconvolutions, max-pool); here the last layer alone goes through ViTDet's
-# simple feature pyramid (its 1x1 + 3x3 convolutions to 768 channels), as densevit has no
-# multi-layer neck; (2) the pre-trained table is resized bilinearly to the 32 x 32 grid on load
-# (as Hugging Face resizes it), not by BEiT's geometric interpolation.
+# The pyramid is BEiT's: the outputs of layers 4, 6, 8 and 12 (out_indices 3, 5, 7, 11),
+# rescaled by 4, 2, 1 and 1/2 (deconvolutions, max-pool; Feature2Pyramid, as MMSegmentation's
+# beit-base_upernet_8xb2-160k_ade20k-640x640.py, whose checkpoints load whole into this model
+# with the backbone's layer_norm_eps=1e-6: densevit/checkpoint/upernet.py).
+# One difference from BEiT's recipe: the pre-trained table is resized bilinearly to the
+# 32 x 32 grid on load (as Hugging Face resizes it), not by BEiT's geometric interpolation.
 # Weights: a Hugging Face BEiT file as save_pretrained writes it (converted on load,
 # densevit/checkpoint/beit.py), e.g. microsoft/beit-base-patch16-224-pt22k (self-supervised on
 # ImageNet-22k, not the paper's ImageNet-1k model: the number above is not its number); its
@@ -33,10 +34,10 @@ model = dict(
         with_cls_token=True, qkv_bias=(True, False, True),  # BEiT: no key bias
         layer_scale_init_value=0.1, pos_embed=dict(type='relative'),  # one bias per layer
         interpolate_mode='bilinear', layer_norm_eps=1e-12,  # as Hugging Face's BEiT
-        out_indices=(11,), final_norm=False, drop_path_rate=0.1,
+        out_indices=(3, 5, 7, 11), final_norm=False, drop_path_rate=0.1,
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
-    neck=dict(type='SimpleFeaturePyramid', in_channels=768, out_channels=768,
-              scale_factors=(4.0, 2.0, 1.0, 0.5), in_stride=16),
+    neck=dict(type='Feature2Pyramid', embed_dims=768, rescales=(4, 2, 1, 0.5),  # SyncBN
+              in_stride=16),
     decode_head=dict(in_channels=[768, 768, 768, 768], channels=768, num_classes=150),
     auxiliary_head=dict(in_channels=768, num_classes=150),
     test_cfg=dict(mode='slide', crop_size=crop_size, stride=(341, 341)))

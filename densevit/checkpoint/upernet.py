@@ -23,8 +23,35 @@ mmseg                                               densevit
 
 The heads' computation is mmseg's step for step (``densevit/models/heads/uper_head.py``,
 ``fcn_head.py``), so no tensor is reordered. Origin option: ``always_shift=True`` (mmseg's
-Swin shifts every second block whatever the map size). Other mmseg UperNet backbones
-(ResNet-V1c, ViT with its multi-level neck, ConvNeXt, BEiT, ...) are not recognised here.
+Swin shifts every second block whatever the map size).
+
+MMSegmentation's BEiT models (``configs/beit/beit-{base,large}_upernet_*_ade20k-640x640``, on
+``configs/_base_/models/upernet_beit.py``) are UperNet on mmseg's ``BEiT`` through a
+``Feature2Pyramid`` neck (the outputs of layers 4, 6, 8, 12 rescaled by 4, 2, 1, 1/2), with the
+same heads (the auxiliary one on the third map):
+
+==================================================  =======================================
+mmseg                                               densevit
+==================================================  =======================================
+``backbone.*`` (mmseg ``BEiT``)                     ``backbone.*``: the MMSegmentation BEiT
+                                                    layout of ``mmseg_beit.py`` (renamed;
+                                                    each relative-position table split into
+                                                    its offsets and the class token's three
+                                                    rows; index buffers dropped)
+``neck.upsample_4x.{0,1,3}.*``,                     the same (densevit's ``Feature2Pyramid``
+``neck.upsample_2x.0.*``                            keeps mmseg's module names)
+``decode_head.*``, ``auxiliary_head.*``             as for Swin
+==================================================  =======================================
+
+Origin option ``layer_norm_eps=1e-6`` (the zoo's ``norm_cfg``). The densevit model these
+files fit: ``configs/beit/beit_vit-b16_upernet_512x512_ade20k.py`` (``VisionTransformer`` with
+``qkv_bias=(True, False, True)``, LayerScale, ``pos_embed=dict(type='relative')``,
+``out_indices=(3, 5, 7, 11)``, ``final_norm=False``; ``Feature2Pyramid``) with the file's
+``img_size`` (640 in the zoo), ``layer_norm_eps=1e-6`` and ``crop_to_patch=True`` (mmseg's
+patch convolution drops what does not fill a patch). mmseg's BEiT never resizes its table:
+it runs only on inputs of its ``img_size`` patch grid (the zoo's slide test feeds 640 windows),
+so equality is proven on that grid alone. Other mmseg UperNet backbones (ResNet-V1c, ViT with
+its multi-level neck, ConvNeXt, ...) are not recognised here.
 
 Hugging Face ``UperNetForSemanticSegmentation`` on a ``SwinBackbone`` (``backbone_config`` a
 ``SwinConfig`` with ``out_features`` stage1..4; the ``openmmlab/upernet-swin-*`` Hub models),
@@ -67,7 +94,9 @@ has no ConvNeXt).
 import re
 from functools import partial
 
+from .beit import split_class_entries
 from .layout import MMSEG_HEAD, Layout, mmseg_head, prefixed_rules
+from .mmseg_beit import MMSEG_BEIT
 from .swin import HF_BACKBONE as HF_SWIN
 from .swin import HF_IN_MODEL_DROP as HF_SWIN_IN_MODEL_DROP
 from .swin import HF_IN_MODEL_RULES as HF_SWIN_IN_MODEL_RULES
@@ -80,13 +109,28 @@ _MODULES = (r'(?:psp_modules\.\d+\.1|bottleneck|lateral_convs\.\d+|fpn_convs\.\d
 _HEAD_TENSORS = rf'((?:{_MODULES}\.(?:conv|bn)|conv_seg)\.\w+)'
 _B = r'backbone\.'
 
-UPERNET_SWIN = Layout(
-    'MMSegmentation UperNet (Swin)', r'^decode_head\.psp_modules\.\d+\.1\.conv\.weight$',
-    prefixed_rules(MMSEG_SWIN.rules, _B, 'backbone.') + [
-        (MMSEG_HEAD + _HEAD_TENSORS, lambda m: f'{mmseg_head(m[1])}.{m[2]}'),
-    ],
-    drop={_B + pattern: reason for pattern, reason in MMSEG_SWIN.drop.items()},
-    post=partial(from_unfold_order, prefix='backbone.'), options=dict(MMSEG_SWIN.options))
+
+def _mmseg_upernet(backbone, name, signature, post, neck_rules=()):
+    """mmseg's UperNet on the backbone of the ``backbone`` layout: its keys under
+    ``backbone.``, a neck's by ``neck_rules``, the heads' under their own names."""
+    return Layout(
+        f'MMSegmentation UperNet ({name})', signature,
+        prefixed_rules(backbone.rules, _B, 'backbone.') + [
+            *neck_rules,
+            (MMSEG_HEAD + _HEAD_TENSORS, lambda m: f'{mmseg_head(m[1])}.{m[2]}'),
+        ],
+        drop={_B + pattern: reason for pattern, reason in backbone.drop.items()},
+        post=post, options=dict(backbone.options))
+
+
+UPERNET_SWIN = _mmseg_upernet(
+    MMSEG_SWIN, 'Swin', r'^decode_head\.psp_modules\.\d+\.1\.conv\.weight$',
+    partial(from_unfold_order, prefix='backbone.'))
+# BEiT: Feature2Pyramid's learned parts (densevit's neck keeps mmseg's module names); the
+# table split works on any prefix
+UPERNET_BEIT = _mmseg_upernet(
+    MMSEG_BEIT, 'BEiT', r'^backbone\.layers\.\d+\.gamma_1$', split_class_entries,
+    [(r'neck\.((?:upsample_4x\.[013]|upsample_2x\.0)\.\w+)', r'neck.\1')])
 
 # HF's heads: decode_head, and its one auxiliary head (no index)
 _HF_HEAD = r'(decode_head|auxiliary_head)\.'
@@ -104,7 +148,9 @@ HF_UPERNET_SWIN = Layout(
 
 def model_layouts(state_dict):
     """Whole-model layouts of this family (see :mod:`densevit.checkpoint.model`): none
-    unless the backbone is mmseg's Swin or HF's ``SwinBackbone``."""
+    unless the backbone is mmseg's Swin or BEiT or HF's ``SwinBackbone``."""
+    if any(re.match(_B + r'layers\.\d+\.gamma_1$', k) for k in state_dict):
+        return [UPERNET_BEIT]
     if any(re.match(_B + r'stages\.\d+\.blocks\.\d+\.attn\.w_msa\.qkv\.weight$', k)
            for k in state_dict):
         return [UPERNET_SWIN]

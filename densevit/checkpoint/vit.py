@@ -263,12 +263,13 @@ def convert_vit(state_dict, strict=False):
     Raises:
         ValueError: the keys match no ViT layout (the first keys are listed).
     """
+    from .mmseg_beit import MMSEG_BEIT  # here: it builds on this module's MMSEG_RULES
     ours = densevit_model_layout(state_dict)
     layouts = [ours] if ours is not None else []
     out = convert_state_dict(state_dict, [*layouts, OFFICIAL_MAE, TIMM, HF_MAE, HF,
                                           *dinov2.LAYOUTS, *dinov3.LAYOUTS,
                                           *vitdet.LAYOUTS, *sam.LAYOUTS, *beit.LAYOUTS,
-                                          *clip.LAYOUTS, MMSEG], 'ViT',
+                                          *clip.LAYOUTS, MMSEG_BEIT, MMSEG], 'ViT',
                              strict)
     if out.layout == TIMM.name and 'pos_embed' not in state_dict:
         # densevit's own ViT (its table in a module, or none: RoPE, a relative bias; timm's

@@ -150,6 +150,9 @@ def test_beit_upernet_recipe():
         0.1, dict(type='relative'), 0.1)
     assert b.init_cfg.checkpoint == 'checkpoints/beit-base-patch16-224-pt22k/model.safetensors'
     assert (model.decode_head.channels, model.auxiliary_head.in_index) == (768, 2)
+    # BEiT's pyramid: layers 4, 6, 8, 12 rescaled by 4, 2, 1, 1/2
+    assert (tuple(b.out_indices), model.neck.type, tuple(model.neck.rescales)) == (
+        (3, 5, 7, 11), 'Feature2Pyramid', (4, 2, 1, 0.5))
     assert model.test_cfg == dict(mode='slide', crop_size=(512, 512), stride=(341, 341))
     assert cfg.train_cfg.max_iters == 160000 and cfg.train_dataloader.batch_size == 2
     warmup, poly = cfg.param_scheduler

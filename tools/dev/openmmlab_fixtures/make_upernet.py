@@ -58,42 +58,50 @@ CFG = dict(
     train_cfg=dict(), test_cfg=dict(mode='whole'))
 
 
-def metadata(xs):
+def metadata(xs, shapes=((37, 50), (30, 41)), ori_shapes=((37, 50), (20, 27))):
     """Each image's size (``img_shape``), original size and, for the batch, labels."""
     g = torch.Generator().manual_seed(2)
-    shapes = torch.tensor([[37, 50], [30, 41]])
+    shapes = torch.tensor(shapes)
     labels = torch.full((2, *xs['batch'].shape[-2:]), 255, dtype=torch.long)
     for label, (h, w) in zip(labels, shapes.tolist(), strict=True):
         label[:h, :w] = torch.randint(0, K, (h, w), generator=g)
-    return dict(batch_img_shapes=shapes, batch_ori_shapes=torch.tensor([[37, 50], [20, 27]]),
+    return dict(batch_img_shapes=shapes, batch_ori_shapes=torch.tensor(ori_shapes),
                 batch_labels=labels.to(torch.uint8))  # stored small; long for the loss
 
 
-def main():
-    import_openmmlab()
+def write(name, cfg, xs, about, outputs=seg_outputs):
+    """Build ``cfg`` in mmseg, randomise it (seed 0), save it as mmengine does and save its
+    ``outputs`` (``common.seg_outputs``' by default) on every input of ``xs`` (the batch with
+    :func:`metadata`'s keys) and the losses on the batch."""
     from mmengine.config import ConfigDict
-    model = randomize_(build('mmseg', ConfigDict(copy.deepcopy(CFG))), seed=0)
-    save_like_mmengine(model, NAME, CFG, 'mmseg',
+    model = randomize_(build('mmseg', ConfigDict(copy.deepcopy(cfg))), seed=0)
+    save_like_mmengine(model, name, cfg, 'mmseg',
                        dataset_meta=dict(classes=[f'c{i}' for i in range(K)]))
-    xs = inputs()
-    xs.update(metadata(xs))
     out = {}
-    for name in ('batch', '29x29', '56x56'):
-        x = xs[name]
-        if name == 'batch':
+    for case, x in xs.items():
+        if not torch.is_tensor(x) or case.startswith('batch_'):
+            continue
+        if case == 'batch':
             shapes, ori = xs['batch_img_shapes'], xs['batch_ori_shapes']
         else:
             shapes = ori = torch.tensor([list(x.shape[-2:])])
-        out[name] = seg_outputs(model, x, seg_samples(x, shapes, ori))
+        out[case] = outputs(model, x, seg_samples(x, shapes, ori))
     with torch.no_grad():  # eval mode: the same function as predict's, so comparable
         losses = model.loss(xs['batch'], seg_samples(
             xs['batch'], xs['batch_img_shapes'], xs['batch_ori_shapes'],
             xs['batch_labels'].long()))
     out['batch']['losses'] = {k: v.detach() for k, v in losses.items()}
-    save_io(NAME, xs, out, f'{NAME}: mmseg EncoderDecoder(SwinTransformer (embed 16, depths 2/2, '
-            f'heads 1/2, window {WINDOW}, mlp_ratio 2), UPerHead, FCNHead auxiliary) randomised, '
-            f'eval mode: backbone maps, decode and auxiliary logits, predict seg_logits / '
-            f'pred_sem_seg per input, and the losses on the padded batch; {versions()}')
+    save_io(name, xs, out, f'{about}; {versions()}')
+
+
+def main():
+    import_openmmlab()
+    xs = inputs()
+    xs.update(metadata(xs))
+    write(NAME, CFG, xs, f'{NAME}: mmseg EncoderDecoder(SwinTransformer (embed 16, depths 2/2, '
+          f'heads 1/2, window {WINDOW}, mlp_ratio 2), UPerHead, FCNHead auxiliary) randomised, '
+          f'eval mode: backbone maps, decode and auxiliary logits, predict seg_logits / '
+          f'pred_sem_seg per input, and the losses on the padded batch')
 
 
 if __name__ == '__main__':
