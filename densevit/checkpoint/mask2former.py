@@ -148,3 +148,28 @@ def convert_mask2former(state_dict, strict=False):
     """Convert an HF Mask2Former (Swin) checkpoint to densevit's keys (``strict``: as
     :func:`~densevit.checkpoint.layout.convert_state_dict`)."""
     return convert_state_dict(state_dict, [HF_MASK2FORMER_SWIN], 'Mask2Former', strict)
+
+
+def hf_model_cfg(config):
+    """densevit's ``Mask2Former`` config for a Hugging Face ``Mask2FormerConfig`` on a Swin
+    backbone: the model whose state dict :func:`convert_mask2former` makes of that config's
+    files (HF counts its decoder layers with the prediction before the first one: one more)."""
+    s, c = config.backbone_config, config
+    return dict(
+        type='Mask2Former',
+        backbone=dict(type='SwinTransformer',
+                      arch=dict(embed_dims=s.embed_dim, depths=s.depths, num_heads=s.num_heads),
+                      patch_size=s.patch_size, window_size=s.window_size, mlp_ratio=s.mlp_ratio,
+                      drop_path_rate=0.0, out_indices=(0, 1, 2, 3), always_shift=True),
+        pixel_decoder=dict(type='MSDeformAttnPixelDecoder', feat_channels=c.feature_size,
+                           out_channels=c.mask_feature_size, num_encoder_layers=c.encoder_layers,
+                           num_heads=c.num_attention_heads,
+                           feedforward_channels=c.encoder_feedforward_dim),
+        decode_head=dict(type='Mask2FormerHead', num_classes=c.num_labels,
+                         num_queries=c.num_queries, embed_dims=c.hidden_dim,
+                         num_layers=c.decoder_layers - 1, num_heads=c.num_attention_heads,
+                         feedforward_channels=c.dim_feedforward,
+                         criterion=dict(type='MaskSetCriterion', num_points=c.train_num_points,
+                                        oversample_ratio=c.oversample_ratio,
+                                        importance_sample_ratio=c.importance_sample_ratio,
+                                        no_object_weight=c.no_object_weight)))

@@ -21,16 +21,16 @@ MASK_OUTPUTS = ('class_logits', 'mask_logits')
 
 def task_of(model):
     """'seg' for an ``EncoderDecoder``-like model, 'det' for ``DETR`` / ``DeformableDETR``,
-    'mask' for a mask classifier (``EoMT``: a class and a mask per query)."""
-    if hasattr(model, 'query_embed') and hasattr(model, 'predictions'):
+    'mask' for a mask classifier (``EoMT``, ``Mask2Former``: a class and a mask per query)."""
+    if hasattr(model, 'final_prediction') and hasattr(model, 'postprocess'):
         return 'mask'
     if hasattr(model, 'decode_head') and hasattr(model, 'encode_decode'):
         return 'seg'
     if hasattr(model, 'bbox_head') and hasattr(model, 'feature_mask'):
         return 'det'
     raise TypeError(f'densevit.deploy: cannot export {type(model).__name__}: only segmentors '
-                    f'(EncoderDecoder), detectors (DETR, DeformableDETR) and mask classifiers (EoMT) '
-                    f'have an ONNX graph')
+                    f'(EncoderDecoder), detectors (DETR, DeformableDETR) and mask classifiers (EoMT, '
+                    f'Mask2Former) have an ONNX graph')
 
 
 class SegmentorGraph(nn.Module):
@@ -78,9 +78,11 @@ class DetectorGraph(nn.Module):
 
 class MaskClassifierGraph(nn.Module):
     """inputs [B, 3, H, W] -> class_logits [B, Q, K+1], mask_logits [B, Q, h, w]: the final
-    prediction set of ``EoMT.predictions`` without masked attention (inference); masks at the
-    mask module's resolution (h, w = the patch grid x 2 ** upscaling blocks). The semantic,
-    panoptic and instance outputs are the model's post-processing of these two."""
+    prediction set of the model's ``final_prediction`` in eval mode (what ``predict``
+    post-processes). EoMT: without masked attention, masks at the mask module's resolution
+    (h, w = the patch grid x 2 ** upscaling blocks); Mask2Former: with its masked attention
+    (no random draw), masks at a quarter of the input. The semantic, panoptic and instance
+    outputs are the model's post-processing of these two."""
 
     input_names, output_names = MASK_INPUTS, MASK_OUTPUTS
 
@@ -93,8 +95,8 @@ class MaskClassifierGraph(nn.Module):
         self.model = model
 
     def forward(self, inputs):
-        masks, classes = self.model.predictions(inputs, masked=False)
-        return classes[-1], masks[-1]
+        masks, classes = self.model.final_prediction(inputs)
+        return classes, masks
 
     def example_inputs(self, batch=2, size=(64, 64)):
         return (torch.randn(batch, 3, *size),)

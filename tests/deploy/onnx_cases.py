@@ -3,7 +3,7 @@
 
 One export per backbone of the matrix, each with ONE head, and every head (SETR Naive / PUP /
 MLA, SegFormer, DETR, Deformable DETR plain / with box refinement / refinement + two-stage,
-DINO, Plain-DETR, Conditional DETR, DAB-DETR, EoMT's mask classification)
+DINO, Plain-DETR, Conditional DETR, DAB-DETR, EoMT's and Mask2Former's mask classification)
 and the simple feature pyramid on at least one backbone: not the full product, which would
 take an export per cell (the export, tracing with symbolic sizes, is what these tests spend
 their time on). ``ROWS`` names each row's (matrix backbone, head):
@@ -30,6 +30,7 @@ plain_detr_vit                                ViT, learned 1D PE, no class token
 conditional_detr_resnet50                     ResNet-50                           Conditional DETR
 dab_detr_swin                                 Swin, shift decided by size         DAB-DETR
 eomt_vit                                      ViT, registers, layer scale         EoMT
+mask2former_vit_sfp                           ViT + SFP (the Mask2Former recipe)  Mask2Former
 ============================================  ==================================  ==================
 
 ``segformer_mit`` and ``detr_vit`` are the tiny trained checkpoints of the session
@@ -120,6 +121,24 @@ def _quickstart_deformable():
     return cfg
 
 
+def _quickstart_mask2former():
+    """configs/mask2former/mask2former_vit_shapes_panoptic.py (ViT, SimpleFeaturePyramid at
+    strides 4 to 32, deformable pixel decoder, masked-attention decoder) at tiny widths: one
+    encoder layer, three decoder layers (one round over the three levels, each masked by the
+    prediction before it), 6 queries, 2 thing classes and 1 stuff; thresholds that random
+    weights pass, so that the panoptic map has segments."""
+    cfg = _config('configs/mask2former/mask2former_vit_shapes_panoptic.py')
+    cfg['backbone'].update(arch=VIT['arch'], img_size=64)
+    cfg['neck'].update(in_channels=32, out_channels=32)
+    cfg['pixel_decoder'].update(feat_channels=32, out_channels=16, num_encoder_layers=1,
+                                num_heads=2, num_points=2, feedforward_channels=32,
+                                norm_cfg=dict(type='GN', num_groups=8))
+    cfg['decode_head'].update(num_classes=K, num_queries=6, embed_dims=32, num_layers=3,
+                              num_heads=2, feedforward_channels=32)
+    cfg['test_cfg'].update(object_threshold=0.2, overlap_threshold=0.2)
+    return dict(cfg, num_things_classes=2)
+
+
 def _conditional_head(head_type):
     """Conditional DETR / DAB-DETR with two decoder layers (the second takes the first's
     output through ``query_scale``; DAB-DETR's refines the anchors between them), their
@@ -182,6 +201,7 @@ MODEL_CFGS = {
         decode_head=dict(type='EoMTHead', num_classes=K),
         test_cfg=dict(panoptic_on=True, instance_on=True, object_threshold=0.2,
                       overlap_threshold=0.5)),
+    'mask2former_vit_sfp': _quickstart_mask2former,
 }
 #: name -> (backbone as tests/integration/test_backbone_head_matrix.py names it, head)
 ROWS = {
@@ -202,9 +222,10 @@ ROWS = {
     'conditional_detr_resnet50': ('resnet50', 'conditional_detr'),
     'dab_detr_swin': ('swin', 'dab_detr'),
     'eomt_vit': ('vit (registers, layer scale)', 'eomt'),
+    'mask2former_vit_sfp': ('vit', 'mask2former'),
 }
 DET = [n for n in MODEL_CFGS if 'detr' in n or 'dino' in n]
-MASK = ['eomt_vit']
+MASK = ['eomt_vit', 'mask2former_vit_sfp']
 SEG = [n for n in MODEL_CFGS if n not in DET + MASK]
 #: rows whose model is a tiny trained checkpoint of the session: name -> its kind
 TRAINED = {'segformer_mit': 'seg', 'detr_vit': 'det'}

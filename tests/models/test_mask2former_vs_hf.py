@@ -31,7 +31,11 @@ from mmengine.structures import PixelData
 
 from densevit.apis import init_model
 from densevit.checkpoint.convert import convert_model
-from densevit.checkpoint.mask2former import HF_MASK2FORMER_SWIN, convert_mask2former
+from densevit.checkpoint.mask2former import (
+    HF_MASK2FORMER_SWIN,
+    convert_mask2former,
+    hf_model_cfg,
+)
 from densevit.checkpoint.read import read_checkpoint
 from densevit.models.heads import mask2former_head
 from densevit.models.segmentors.mask_targets import mask_targets
@@ -41,7 +45,6 @@ from densevit.structures import DataSample
 from hf_mask_classifiers import (
     GivenDraws,
     compare_gradients,
-    criterion_cfg,
     hf_rand,
     max_diffs,
     recorded,
@@ -75,24 +78,8 @@ def hf_config(size):
 
 
 def densevit_parts(c):
-    """densevit's backbone, pixel decoder and decode head for the HF config ``c`` (see
-    densevit/checkpoint/mask2former.py)."""
-    s = c.backbone_config
-    return dict(
-        backbone=dict(type='SwinTransformer',
-                      arch=dict(embed_dims=s.embed_dim, depths=s.depths, num_heads=s.num_heads),
-                      patch_size=s.patch_size, window_size=s.window_size, mlp_ratio=s.mlp_ratio,
-                      drop_path_rate=0.0, out_indices=(0, 1, 2, 3), always_shift=True),
-        pixel_decoder=dict(type='MSDeformAttnPixelDecoder', feat_channels=c.feature_size,
-                           out_channels=c.mask_feature_size,
-                           num_encoder_layers=c.encoder_layers,
-                           num_heads=c.num_attention_heads,
-                           feedforward_channels=c.encoder_feedforward_dim),
-        decode_head=dict(type='Mask2FormerHead', num_classes=c.num_labels,
-                         num_queries=c.num_queries, embed_dims=c.hidden_dim,
-                         num_layers=c.decoder_layers - 1, num_heads=c.num_attention_heads,
-                         feedforward_channels=c.dim_feedforward,
-                         criterion=criterion_cfg(c)))
+    """densevit's backbone, pixel decoder and decode head for the HF config ``c``."""
+    return {k: v for k, v in hf_model_cfg(c).items() if k != 'type'}
 
 
 def hf_model(config):

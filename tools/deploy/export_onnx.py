@@ -4,7 +4,8 @@
 The graph reads the data preprocessor's output (normalised, padded float32 [B, 3, H, W];
 detectors also the padding mask [B, H, W], True on padding) and returns the raw
 outputs (segmentors: logits at the input size; detectors: the last decoder layer's
-logits and normalised boxes); post-processing stays in the model's ``postprocess``, shared
+logits and normalised boxes; mask classifiers, EoMT and Mask2Former: the final class and
+mask logits); post-processing stays in the model's ``postprocess``, shared
 by both backends (densevit/deploy/). Needs ``pip install -e .[deploy]``.
 """
 import argparse
