@@ -1,9 +1,10 @@
-"""DETR-R50 against MMDetection, DETR / Deformable / Conditional / DAB-DETR-R50 against Hugging Face,
-same weights, one run, interleaved.
+"""DETR-R50 and DINO-4scale-R50 against MMDetection, DETR / Deformable / Conditional / DAB-DETR-R50
+against Hugging Face, same weights, one run, interleaved.
 
-    # DETR-R50 vs MMDetection 3.3 (its reference environment, tools/dev/openmmlab_fixtures):
+    # DETR-R50 / DINO-4scale-R50 vs MMDetection 3.3 (its reference environment,
+    # tools/dev/openmmlab_fixtures):
     PYTHONPATH=$PWD:tools/dev/openmmlab_fixtures VENV/bin/python \\
-        benchmarks/bench_detr_peers.py --peer mmdet
+        benchmarks/bench_detr_peers.py --peer mmdet [--model dino] [--json FILE]
     # Deformable DETR-R50 vs transformers' DeformableDetrForObjectDetection:
     python benchmarks/bench_detr_peers.py --peer hf [--json FILE]
     # DETR-R50 / Conditional DETR-R50 / DAB-DETR-R50 vs DetrForObjectDetection /
@@ -12,25 +13,36 @@ same weights, one run, interleaved.
     python benchmarks/bench_detr_peers.py --peer hf --model conditional_detr [--json FILE]
     python benchmarks/bench_detr_peers.py --peer hf --model dab_detr [--json FILE]
 
-The peer is built at full size from its own definition (MMDetection's zoo config
-``detr_r50_8xb2-150e_coco.py``; transformers' ``DeformableDetrConfig`` / ``DetrConfig`` /
-``ConditionalDetrConfig`` / ``DabDetrConfig`` with its ResNet-50, pure-PyTorch attention),
-its random weights converted into the densevit model of ``configs/detr_resnet50.py`` /
+The peer is built at full size from its own definition (MMDetection's zoo configs
+``detr_r50_8xb2-150e_coco.py`` / ``dino-4scale_r50_8xb2-12e_coco.py``: 900 queries, 80 classes,
+contrastive denoising with 100 DN queries; transformers' ``DeformableDetrConfig`` /
+``DetrConfig`` / ``ConditionalDetrConfig`` / ``DabDetrConfig`` with its ResNet-50, pure-PyTorch
+attention), its random weights converted into the densevit model of ``configs/detr_resnet50.py`` /
+``configs/dino/dino-4scale_r50_8xb2-12e_coco.py`` /
 ``configs/deformable_detr/deformable_detr_r50_16xb2-50e_coco.py`` /
 ``configs/conditional_detr/conditional_detr_r50_8xb2-50e_coco.py`` /
 ``configs/dab_detr/dab_detr_r50_8xb2-50e_coco.py`` by densevit's own checkpoint converters
 (HF's DETR / Conditional / DAB-DETR: every tensor of HF's model re-drawn (``_redraw``), the model saved
 with ``save_pretrained`` and its ``model.safetensors`` loaded by ``init_model``, as a Hub
-file would be). The outputs are compared first (max |difference| of the last decoder
-layer's logits and boxes: the same function is being timed), then:
+file would be; MMDetection's DINO: every tensor re-drawn alike, its own initialisation
+zeroing the box branches' last layers). The outputs are compared first in eval mode
+(max |difference| of the last decoder layer's logits and boxes: the same function is
+being timed; over 1e-4 for DINO, 1e-3 for the others, the pair is reported and not
+timed; DINO's comparison ranks densevit's encoder proposals by mmdet's scores, after
+checking that its own agree, so that a near-tie in the top-900 is not a difference), then:
 
 - inference: one 800x1066 image (batch 1), model forward and post-processing, no grad,
   eval mode (the data preprocessor is not timed: both normalise the same way);
 - training step: two images (800x1066 and 736x1024, padded), forward with the loss, and
-  backward (train mode, dropout on as in training; no optimiser step).
+  backward (train mode, dropout on as in training; no optimiser step). DINO's contrastive
+  denoising queries are drawn by each model from its own generator (the same targets, the
+  same group count and query count, different noise).
 
 ``--size H W`` replaces 800x1066 (the second training image scaled alike), e.g. a tiny
 size with ``--repeats 1`` to check that the script runs (tests/tools/test_bench_detr_peers.py).
+DINO picks its 900 queries among the pixels of its 4 maps (strides 8-64), which a tiny size
+lacks: ``--queries N`` gives both models N (``--size 64 96 --queries 100 --repeats 1`` runs
+the pair end to end in seconds).
 
 Times are medians of ``--repeats`` runs after one warm-up each, the two models' runs
 interleaved with the order flipped every repeat (``bench_backbones.timed``); the ratio is
@@ -45,6 +57,7 @@ same matching and losses. Its inference, and the comparison, use ``auxiliary_los
 (the paper's function, the Hub files' setting).
 """
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -68,8 +81,12 @@ DETECTORS = {  # --model: (name printed, densevit config)
     'conditional_detr': ('Conditional DETR-R50',
                          'configs/conditional_detr/conditional_detr_r50_8xb2-50e_coco.py'),
     'dab_detr': ('DAB-DETR-R50', 'configs/dab_detr/dab_detr_r50_8xb2-50e_coco.py'),
+    'dino': ('DINO-4scale-R50', 'configs/dino/dino-4scale_r50_8xb2-12e_coco.py'),
 }
-PEERS = {'mmdet': ('MMDetection 3.3', ['detr']),
+MMDET_ZOO = {'detr': 'detr/detr_r50_8xb2-150e_coco.py',  # under mmdet's .mim/configs
+             'dino': 'dino/dino-4scale_r50_8xb2-12e_coco.py'}
+MAX_DIFF = {'dino': 1e-4}  # the outputs' largest difference allowed before timing; others 1e-3
+PEERS = {'mmdet': ('MMDetection 3.3', ['detr', 'dino']),
          'hf': ('HF transformers', ['deformable_detr', 'detr', 'conditional_detr', 'dab_detr'])}
 
 
@@ -94,10 +111,13 @@ def _batch(n):
     return x, SHAPES[:n]
 
 
-def _ours(config, state_dict, tmp):
+def _ours(config, state_dict, tmp, cfg_options=None):
+    """densevit's model of ``config`` (repository-relative) with the peer's ``state_dict``,
+    saved as an mmengine checkpoint and loaded (converted) by ``init_model``;
+    ``cfg_options`` default: no pretrained backbone."""
     path = Path(tmp) / 'peer.pth'
     torch.save({'state_dict': state_dict, 'meta': {}}, path)
-    return init_model(str(ROOT / config), str(path), cfg_options=NO_PRETRAINED)
+    return init_model(str(ROOT / config), str(path), cfg_options=cfg_options or NO_PRETRAINED)
 
 
 def _samples(shapes, batch_shape, train, sample_type=DataSample):
@@ -123,28 +143,67 @@ def _train_step(model, loss_fn):
     return step
 
 
-def mmdet_pair(tmp):
-    """(densevit DETR-R50, mmdet DETR-R50, fns) on the same random weights."""
+def mmdet_pair(tmp, model='detr', queries=None):
+    """(densevit model, mmdet model, fns) on the same random weights: DETR-R50 with mmdet's
+    own initialisation, or DINO-4scale-R50 with every tensor re-drawn (:func:`_redraw`:
+    mmdet's initialisation zeroes the box branches' last layers, so that every decoder
+    layer would return its reference boxes). mmdet's model is its zoo config's
+    (:data:`MMDET_ZOO`), the weights converted by densevit's converter on load; ``queries``
+    replaces DINO's 900 matching queries in both."""
     from common import build, import_openmmlab
     from mmdet.structures import DetDataSample
     from mmengine.config import Config
     _, mmdet = import_openmmlab()
-    zoo = Path(mmdet.__file__).parent / '.mim/configs/detr/detr_r50_8xb2-150e_coco.py'
+    zoo = Path(mmdet.__file__).parent / '.mim/configs' / MMDET_ZOO[model]
     cfg = Config.fromfile(str(zoo)).model
     cfg.backbone.init_cfg = None
+    options = dict(NO_PRETRAINED)
+    if queries:
+        cfg.num_queries = options['model.bbox_head.num_queries'] = queries
     torch.manual_seed(0)
     peer = build('mmdet', cfg.to_dict())
-    peer.init_weights()
-    ours = _ours('configs/detr_resnet50.py', peer.state_dict(), tmp)
+    if model == 'dino':
+        _redraw(peer)
+    else:
+        peer.init_weights()
+    ours = _ours(DETECTORS[model][1], peer.state_dict(), tmp, options)
 
     def samples(shapes, batch_shape, train):
         return _samples(shapes, batch_shape, train, DetDataSample)
 
+    scores = []  # DINO: the encoder's proposal scores of mmdet's last comparison forward
+
     def last_layer(x, shapes):
-        logits, boxes = peer._forward(x, samples(shapes, tuple(x.shape[-2:]), False))
+        scores.clear()
+        hook = peer.bbox_head.cls_branches[-1].register_forward_hook(  # DINO's encoder branch
+            lambda m, args, out: scores.append(out.max(-1)[0])) if model == 'dino' else None
+        try:
+            logits, boxes = peer._forward(x, samples(shapes, tuple(x.shape[-2:]), False))
+        finally:
+            if hook is not None:
+                hook.remove()
         return logits[-1], boxes[-1]
+
+    @contextlib.contextmanager
+    def ranked_as_peer():
+        """DINO: densevit picks its queries by mmdet's proposal scores (the max |difference|
+        from its own is yielded, and checked with the outputs): at 800x1066 (900 of 17,821
+        pixels) adjacent scores lay 2.4e-7 apart where the two models' float32 scores
+        differed by 4.3e-6, and without this two pairs of queries swapped ranks and the
+        logits differed by 0.85; with it by 1.4e-5."""
+        head, diff = ours.bbox_head, {}
+
+        def score(logits):
+            own = type(head).proposal_score(head, logits)
+            diff['proposal_scores'] = (own - scores[-1]).abs().max().item()
+            return scores[-1]
+        head.proposal_score = score
+        try:
+            yield diff
+        finally:
+            del head.proposal_score
     return ours, peer, dict(
-        peer_outputs=last_layer,
+        peer_outputs=last_layer, **(dict(ranked_as_peer=ranked_as_peer) if model == 'dino' else {}),
         peer_predict=lambda x, shapes: peer.predict(x, samples(shapes, tuple(x.shape[-2:]),
                                                                 False)),
         peer_loss=lambda x, shapes: peer.loss(x, samples(shapes, tuple(x.shape[-2:]), True)))
@@ -290,15 +349,31 @@ def hf_conditional_pair(tmp, model):
     return ours, peer, dict(peer_outputs=last_layer, peer_predict=predict, peer_loss=loss)
 
 
+def compare(ours, peer, fns, x, shapes):
+    """Max |difference| of the two models' last decoder layer (eval mode) on ``x``:
+    {'logits', 'boxes'} and what ``fns['ranked_as_peer']`` (DINO) adds."""
+    ours.eval(), peer.eval()
+    with torch.no_grad():
+        ref = fns['peer_outputs'](x, shapes)
+        with fns.get('ranked_as_peer', lambda: contextlib.nullcontext({}))() as more:
+            out = ours(x, _samples(shapes, tuple(x.shape[-2:]), False), mode='tensor')
+    return dict(logits=(out['pred_logits'][-1] - ref[0]).abs().max().item(),
+                boxes=(out['pred_boxes'][-1] - ref[1]).abs().max().item(), **more)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('--peer', choices=list(PEERS), required=True)
     p.add_argument('--model', choices=list(DETECTORS),
                    help='default: detr for --peer mmdet, deformable_detr for --peer hf; '
-                        'mmdet has detr, hf deformable_detr, detr, conditional_detr, dab_detr')
+                        'mmdet has detr, dino, hf deformable_detr, detr, conditional_detr, '
+                        'dab_detr')
     p.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'), default=(800, 1066),
                    help='inference image size (default 800 1066; the second training '
                         'image is scaled alike)')
+    p.add_argument('--queries', type=int,
+                   help="DINO's matching queries in both models (default 900, the zoo's): "
+                        'fewer for a quick check at a tiny --size')
     p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--threads', type=int, help='torch threads (default: torch\'s)')
     p.add_argument('--no-train', action='store_true', help='time inference only')
@@ -310,28 +385,33 @@ def main(argv=None):
         p.error(f'--peer {args.peer} has --model {", ".join(models)}, not {model}')
     if min(args.size) < 32:
         p.error(f'--size must be at least 32 x 32 (ResNet-50 stride), got {args.size}')
+    if args.queries and model != 'dino':
+        p.error('--queries is for --model dino')
+    if model == 'dino':  # two-stage: the queries are chosen among the 4 maps' pixels
+        queries = args.queries or 900
+        pixels = sum(-(-args.size[0] // 2 ** k) * -(-args.size[1] // 2 ** k) for k in range(3, 7))
+        if queries > pixels:
+            p.error(f'--size {args.size[0]} {args.size[1]} gives DINO {pixels} pixels to choose '
+                    f'{queries} queries among: a larger --size or fewer --queries')
     SHAPES[:] = shapes_for(*args.size)
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        ours, peer, fns = mmdet_pair(tmp) if args.peer == 'mmdet' else hf_pair(tmp, model)
+        ours, peer, fns = (mmdet_pair(tmp, model, args.queries) if args.peer == 'mmdet'
+                           else hf_pair(tmp, model))
     name = DETECTORS[model][0]
     print(f'{name}, torch {torch.__version__}, threads {torch.get_num_threads()}', flush=True)
 
     x1, shapes1 = _batch(1)
-    ours.eval(), peer.eval()
-    with torch.no_grad():
-        out = ours(x1, _samples(shapes1, SHAPES[0], False), mode='tensor')
-        ref = fns['peer_outputs'](x1, shapes1)
-    diffs = [(out['pred_logits'][-1] - ref[0]).abs().max().item(),
-             (out['pred_boxes'][-1] - ref[1]).abs().max().item()]
-    print(f'same weights: max |logits diff| {diffs[0]:.2e}, max |boxes diff| {diffs[1]:.2e}')
-    if max(diffs) > 1e-3:
-        sys.exit('the two models disagree: the timings would not compare the same function')
+    diffs = compare(ours, peer, fns, x1, shapes1)
+    print('same weights: ' + ', '.join(f'max |{k} diff| {v:.2e}' for k, v in diffs.items()))
+    if max(diffs.values()) > MAX_DIFF.get(model, 1e-3):
+        sys.exit(f'the two models disagree (over {MAX_DIFF.get(model, 1e-3):.0e}): '
+                 'the timings would not compare the same function')
 
     print(f'| {name} | densevit (ms) | {peer_name} (ms) | densevit / peer |')
     print('|---|---|---|---|')
-    results = dict(model=name, peer=peer_name, max_abs_diff=dict(logits=diffs[0], boxes=diffs[1]),
+    results = dict(model=name, peer=peer_name, max_abs_diff=diffs,
                    sizes=[list(s) for s in SHAPES], rows=[])
 
     def row(what, a, b, ratio):

@@ -124,44 +124,58 @@ def speed(args):
         masks, classes = ours.predictions(x, masked=False)
     errors = [((a - b).abs().max() / b.abs().max()).item() for a, b in (
         (classes[-1], out.class_queries_logits), (masks[-1], out.masks_queries_logits))]
-    print(f'outputs (eval, masking off): class / mask logits max difference over max '
-          f'{errors[0]:.1e} / {errors[1]:.1e}')
+
+    def training():
+        hf.train(), ours.train()
+        set_probs(hf, 1.0), set_probs(ours, 1.0)
+        xb = torch.randn(2, 3, args.size, args.size, generator=torch.Generator().manual_seed(2))
+        samples, mask_labels, class_labels = semantic_targets(2, args.size, args.classes)
+
+        def train_ours():
+            losses = ours(xb, samples, mode='loss')
+            sum(losses.values()).backward()
+            ours.zero_grad(set_to_none=True)
+
+        def train_hf():
+            hf(pixel_values=xb, mask_labels=mask_labels, class_labels=class_labels).loss.backward()
+            hf.zero_grad(set_to_none=True)
+        return train_ours, train_hf
+
+    return compare_then_time(
+        ('eval, masking off', 'class / mask', errors),
+        (no_grad(ours.predictions, x, masked=False), no_grad(hf, pixel_values=x)), training,
+        args.repeats)
+
+
+def no_grad(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` under ``torch.no_grad`` as a function of nothing."""
+    def call():
+        with torch.no_grad():
+            fn(*args, **kwargs)
+    return call
+
+
+def compare_then_time(compared, inference, training, repeats):
+    """The speed rows of a densevit / HF pair: the outputs' differences printed, then, unless
+    one is over 1e-4, inference (the pair of functions ``inference``) and a training step (the
+    pair ``training()`` returns; called once inference is timed) timed interleaved.
+
+    Args:
+        compared: (what was compared, the outputs' names, their max differences over max).
+    """
+    label, names, errors = compared
+    print(f'outputs ({label}): {names} logits max difference over max '
+          + ' / '.join(f'{e:.1e}' for e in errors))
     rows = dict(max_rel_err=max(errors))
     if max(errors) > 1e-4:
         print('not the same function: not timed')
         return rows
-
-    def infer_ours():
-        with torch.no_grad():
-            ours.predictions(x, masked=False)
-
-    def infer_hf():
-        with torch.no_grad():
-            hf(pixel_values=x)
-
-    a, b, ratio = timed(infer_ours, infer_hf, args.repeats)
-    rows['inference'] = dict(densevit_ms=a * 1e3, hf_ms=b * 1e3, densevit_over_hf=ratio)
-    print(f'inference, batch 1: densevit {a * 1e3:.1f} ms, HF {b * 1e3:.1f} ms, '
-          f'densevit / HF {ratio:.2f}')
-
-    hf.train(), ours.train()
-    set_probs(hf, 1.0), set_probs(ours, 1.0)
-    xb = torch.randn(2, 3, args.size, args.size, generator=torch.Generator().manual_seed(2))
-    samples, mask_labels, class_labels = semantic_targets(2, args.size, args.classes)
-
-    def train_ours():
-        losses = ours(xb, samples, mode='loss')
-        sum(losses.values()).backward()
-        ours.zero_grad(set_to_none=True)
-
-    def train_hf():
-        hf(pixel_values=xb, mask_labels=mask_labels, class_labels=class_labels).loss.backward()
-        hf.zero_grad(set_to_none=True)
-
-    a, b, ratio = timed(train_ours, train_hf, args.repeats)
-    rows['training'] = dict(densevit_ms=a * 1e3, hf_ms=b * 1e3, densevit_over_hf=ratio)
-    print(f'training step, batch 2: densevit {a * 1e3:.1f} ms, HF {b * 1e3:.1f} ms, '
-          f'densevit / HF {ratio:.2f}')
+    for key, what, pair in (('inference', 'inference, batch 1', lambda: inference),
+                            ('training', 'training step, batch 2', training)):
+        a, b, ratio = timed(*pair(), repeats)
+        rows[key] = dict(densevit_ms=a * 1e3, hf_ms=b * 1e3, densevit_over_hf=ratio)
+        print(f'{what}: densevit {a * 1e3:.1f} ms, HF {b * 1e3:.1f} ms, '
+              f'densevit / HF {ratio:.2f}')
     return rows
 
 
@@ -234,16 +248,31 @@ def memory(args):
     return rows
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--arch', default='S', choices=['S', 'B'])
+def add_common_arguments(p):
+    """The arguments of this benchmark that ``bench_mask2former.py`` shares: ``--size``,
+    ``--classes``, ``--repeats``, ``--only speed memory``, ``--tiny``, ``--json``."""
     p.add_argument('--size', type=int, default=512)
     p.add_argument('--classes', type=int, default=150)
     p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--only', nargs='+', choices=['speed', 'memory'], default=['speed', 'memory'])
     p.add_argument('--tiny', action='store_true', help='a tiny model at 64x64 (a check)')
-    p.add_argument('--child', nargs=3, help=argparse.SUPPRESS)
     add_json_argument(p)
+
+
+def run_sections(args, speed, memory):
+    """``speed(args)`` and ``memory(args)`` as ``--only`` asks, their results written to
+    ``--json``."""
+    sections = dict(speed=speed, memory=memory)
+    results = {name: sections[name](args) for name in sections if name in args.only}
+    if args.json:
+        write_result(args.json, results)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--arch', default='S', choices=['S', 'B'])
+    add_common_arguments(p)
+    p.add_argument('--child', nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return child(args.child[0], int(args.child[1]), int(args.child[2]))
@@ -251,13 +280,7 @@ def main():
         args.arch, args.size, args.classes = 'tiny', 64, 5
     print(f'torch {torch.__version__}, {torch.get_num_threads()} threads; EoMT-{args.arch}/16 at '
           f'{args.size}x{args.size}, {args.classes} classes')
-    results = {}
-    if 'speed' in args.only:
-        results['speed'] = speed(args)
-    if 'memory' in args.only:
-        results['memory'] = memory(args)
-    if args.json:
-        write_result(args.json, results)
+    run_sections(args, speed, memory)
 
 
 if __name__ == '__main__':
