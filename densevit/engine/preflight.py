@@ -59,6 +59,11 @@ def missing_inputs(cfg, resume=False,
                     f'pretrained checkpoint not found: {ckpt} (from {path}.checkpoint). Put the '
                     f'weights there (see docs/checkpoints.md), or train from scratch '
                     f'with --cfg-options {path}=None.')
+        if node.get('type') == 'KMeansTokenizer' and node.get('checkpoint') \
+                and not osp.exists(node['checkpoint']):  # BEiT's visual tokenizer
+            problems.append(
+                f"tokenizer file not found: {node['checkpoint']} (from {path}.checkpoint). Make "
+                f'it with tools/pretrain/make_tokenizer.py (docs/pretraining.md).')
     load_from = cfg.get('load_from')
     if load_from and not _is_remote(load_from) and not osp.exists(load_from):
         source = '--resume' if resume else 'load_from'

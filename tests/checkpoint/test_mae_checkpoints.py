@@ -335,19 +335,11 @@ def test_real_pretraining_model_into_the_detection_finetune_config(pretrain, tmp
     """End to end on the real models: the MAE / MPP quickstart model's own state dict, saved
     as the Runner saves it, initialises the detection fine-tuning config's ViT exactly, and
     everything that is not the encoder (decoder, head, mask embedding) is dropped, counted."""
-    pre_cfg = Config.fromfile(str(FINETUNE.parent / pretrain))
-    with DefaultScope.overwrite_default_scope('densevit'):
-        pre = MODELS.build(pre_cfg.model)
-    pre.init_weights()
-    randomize_(pre.backbone, seed=3)
-    sd = pre.state_dict()
+    from tiny_run import built_from_checkpoint, save_pretraining_model
     path = tmp_path / 'iter_1000.pth'
-    torch.save({'meta': {'iter': 1000}, 'state_dict': sd}, path)
+    sd = save_pretraining_model(Config.fromfile(str(FINETUNE.parent / pretrain)).model, path, 1000)
     cfg = Config.fromfile(str(FINETUNE / 'deformable_detr_vit_shapes_mae.py'))
-    cfg.model.backbone.init_cfg.checkpoint = str(path)
-    with DefaultScope.overwrite_default_scope('densevit'):
-        model = MODELS.build(cfg.model)
-    model.init_weights()
+    model = built_from_checkpoint(cfg.model, path)
     ours = model.backbone.state_dict()
     encoder = {k[len('backbone.'):]: v for k, v in sd.items() if k.startswith('backbone.')}
     assert set(ours) == set(encoder)

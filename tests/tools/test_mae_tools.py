@@ -14,7 +14,7 @@ from mmengine.runner import LogProcessor
 
 from densevit.registry import MODELS
 
-from tiny_run import REPO, isolated, load_tool, scalar_records, unique_names
+from tiny_run import REPO, isolated, load_tool, scalar_records, unique_names, unlabelled_data
 
 QUICKSTART = REPO / 'configs' / 'mae' / 'mae_vit_shapes_quickstart.py'
 
@@ -39,16 +39,7 @@ _base_ = [{str(QUICKSTART)!r}]
 model = dict(backbone=dict(img_size=32, arch=dict(embed_dims=32, num_layers=1, num_heads=2,
                                                   feedforward_channels=64)),
              neck=dict(embed_dims=16, num_layers=1, num_heads=2))
-train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dict(
-    _delete_=True, type='UnlabelledImageDataset', data_root={root!r},
-    data_prefix=dict(img_path='train/'), skip_unreadable=True,
-    pipeline=[dict(type='LoadImage'), dict(type='RandomResizedCrop', size=32, scale=(0.2, 1.0)),
-              dict(type='RandomFlip', prob=0.5), dict(type='PackDetInputs')]))
-val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dict(
-    _delete_=True, type='UnlabelledImageDataset', data_root={root!r},
-    data_prefix=dict(img_path='val/'), test_mode=True,
-    pipeline=[dict(type='LoadImage'), dict(type='PackDetInputs')]))
-test_dataloader = val_dataloader
+""" + unlabelled_data(root, 32, skip_unreadable=True) + """
 train_cfg = dict(max_iters=4, val_interval=2)
 default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=4))
 """ + extra

@@ -198,3 +198,48 @@ def run_launcher(script, *args, cwd, timeout=300):
                           env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f'{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}'
     return proc
+
+
+def unlabelled_data(root, crop, skip_unreadable=False):
+    """Config lines: the pre-training configs' data (``UnlabelledImageDataset``) read from
+    ``root/train/`` (random crops of ``crop`` pixels, flips) and ``root/val/`` (whole images),
+    batches of 2 in this process."""
+    root = Path(root).as_posix().rstrip('/') + '/'
+    return f"""
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dict(
+    _delete_=True, type='UnlabelledImageDataset', data_root={root!r},
+    data_prefix=dict(img_path='train/'), skip_unreadable={skip_unreadable!r},
+    pipeline=[dict(type='LoadImage'), dict(type='RandomResizedCrop', size={crop}, scale=(0.2, 1.0)),
+              dict(type='RandomFlip', prob=0.5), dict(type='PackDetInputs')]))
+val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dict(
+    _delete_=True, type='UnlabelledImageDataset', data_root={root!r},
+    data_prefix=dict(img_path='val/'), test_mode=True,
+    pipeline=[dict(type='LoadImage'), dict(type='PackDetInputs')]))
+test_dataloader = val_dataloader
+"""
+
+
+def save_pretraining_model(model_cfg, path, iteration):
+    """Build a pre-training model (MAE, masked patch prediction, BEiT) from ``model_cfg``, draw
+    its encoder at random (seed 3) and save it as the Runner saves a checkpoint at
+    ``iteration``; returns its state dict."""
+    from densevit.registry import MODELS
+    from densevit.utils.random_init import randomize_
+    with DefaultScope.overwrite_default_scope('densevit'):
+        model = MODELS.build(model_cfg)
+    model.init_weights()
+    randomize_(model.backbone, seed=3)
+    sd = model.state_dict()
+    torch.save({'meta': {'iter': iteration}, 'state_dict': sd}, path)
+    return sd
+
+
+def built_from_checkpoint(model_cfg, checkpoint):
+    """A detector / segmentor config built with its backbone's ``init_cfg`` checkpoint set to
+    ``checkpoint`` and its weights initialised (so loaded from that file)."""
+    from densevit.registry import MODELS
+    model_cfg.backbone.init_cfg.checkpoint = str(checkpoint)
+    with DefaultScope.overwrite_default_scope('densevit'):
+        model = MODELS.build(model_cfg)
+    model.init_weights()
+    return model

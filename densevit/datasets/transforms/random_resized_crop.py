@@ -42,17 +42,18 @@ class RandomResizedCrop(BaseTransform):
         self.scale, self.ratio = tuple(scale), tuple(ratio)
         self.interpolation = interpolation
 
-    def window(self, h, w):
-        """(y0, x0, height, width) of the crop in an h x w image."""
+    def window(self, h, w, rng=np.random):
+        """(y0, x0, height, width) of the crop in an h x w image; ``rng``: numpy's global
+        generator, or a ``np.random.RandomState`` (same methods) for reproducible windows."""
         area = h * w
         log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
         for _ in range(10):
-            target = area * np.random.uniform(*self.scale)
-            aspect = math.exp(np.random.uniform(*log_ratio))
+            target = area * rng.uniform(*self.scale)
+            aspect = math.exp(rng.uniform(*log_ratio))
             cw = int(round(math.sqrt(target * aspect)))
             ch = int(round(math.sqrt(target / aspect)))
             if 0 < cw <= w and 0 < ch <= h:
-                return np.random.randint(0, h - ch + 1), np.random.randint(0, w - cw + 1), ch, cw
+                return rng.randint(0, h - ch + 1), rng.randint(0, w - cw + 1), ch, cw
         aspect = w / h  # fallback: the whole image, cut to the nearest allowed aspect ratio
         if aspect < self.ratio[0]:
             cw, ch = w, int(round(w / self.ratio[0]))
@@ -62,14 +63,18 @@ class RandomResizedCrop(BaseTransform):
             ch, cw = h, w
         return (h - ch) // 2, (w - cw) // 2, ch, cw
 
-    def transform(self, results):
-        img = results['img']
-        y0, x0, ch, cw = self.window(*img.shape[:2])
+    def crop(self, img, rng=np.random):
+        """A random window of ``img`` [H, W, C] (:meth:`window`) resized to ``size``."""
+        y0, x0, ch, cw = self.window(*img.shape[:2], rng)
         crop = img[y0:y0 + ch, x0:x0 + cw]
         out = cv2.resize(crop, (self.size[1], self.size[0]),
                          interpolation=_INTERPOLATIONS[self.interpolation])
         if out.ndim == 2 and img.ndim == 3:
             out = out[..., None]  # cv2 drops a single channel axis
+        return out
+
+    def transform(self, results):
+        out = self.crop(results['img'])
         results['img'] = out
         results['img_shape'] = out.shape[:2]
         return results

@@ -1,6 +1,7 @@
-"""What MAE and masked patch prediction share: a ViT encoder, random draws, the three modes."""
+"""What MAE, masked patch prediction and BEiT share: a ViT encoder, random draws, the modes."""
 import inspect
 
+import torch
 from mmengine.model import BaseModel
 
 from densevit.models.backbones.vit import VisionTransformer
@@ -111,3 +112,29 @@ class MaskedImageModel(BaseModel):
         if data_samples is None:
             data_samples = [DataSample() for _ in range(inputs.shape[0])]
         return self.predict(out, inputs, data_samples)
+
+
+class MaskedTokenClassifier(MaskedImageModel):
+    """A :class:`MaskedImageModel` whose head classifies each masked patch (masked patch
+    prediction's mean colours, BEiT's visual tokens): ``run`` returns ``logits`` [B, N, K],
+    ``target`` [B, N] and ``mask`` [B, N] bool, and the head (a
+    :class:`~.heads.PatchClassifierHead`) scores the masked patches.
+
+    'loss' gives ``loss_<objective>`` (cross-entropy over the batch's masked patches) and
+    ``acc_<objective>``; 'predict' writes each image's ``pretrain_loss`` and
+    ``pretrain_acc`` over its masked patches (:class:`PretrainLossMetric`).
+    """
+
+    objective = ''  # the suffix of the logged loss and accuracy
+
+    def loss(self, out, inputs):
+        logits, target, mask = out['logits'], out['target'], out['mask']
+        with torch.no_grad():
+            acc = (logits[mask].argmax(-1) == target[mask]).float().mean()
+        return {f'loss_{self.objective}': self.head.loss(logits, target, mask),
+                f'acc_{self.objective}': acc}
+
+    def predict(self, out, inputs, data_samples):
+        losses, accs = self.head.per_image(out['logits'], out['target'], out['mask'])
+        return self.annotate(data_samples, inputs, out['mask'], pretrain_loss=losses,
+                             pretrain_acc=accs)

@@ -1,4 +1,5 @@
-"""The targets and losses of masked pre-training: MAE's pixels, the ViT paper's mean colours."""
+"""The targets and losses of masked pre-training: MAE's pixels, the ViT paper's mean colours,
+BEiT's visual tokens."""
 import torch
 import torch.nn.functional as F
 from mmengine.model import BaseModule
@@ -119,8 +120,32 @@ def mean_colour_classes(pixels, patch_size, bits=3):
     return (levels[..., 0] << (2 * bits)) + (levels[..., 1] << bits) + levels[..., 2]
 
 
+class PatchClassifierHead(BaseModule):
+    """One Linear layer from each patch token to ``num_classes`` logits, cross-entropy on the
+    masked (corrupted) patches only: what :class:`MPPHead` and :class:`BEiTHead` share."""
+
+    def __init__(self, in_channels, num_classes, init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.fc = nn.Linear(in_channels, num_classes)
+
+    def forward(self, x):
+        """Patch tokens [B, N, D] -> logits [B, N, num_classes]."""
+        return self.fc(x)
+
+    def loss(self, logits, target, mask):
+        """Mean cross-entropy over the masked patches (``mask`` True) of the batch."""
+        return F.cross_entropy(logits[mask], target[mask])
+
+    def per_image(self, logits, target, mask):
+        """Each image's mean cross-entropy and accuracy over its masked patches: ([B], [B])."""
+        ce = F.cross_entropy(logits.transpose(1, 2), target, reduction='none') * mask
+        hit = (logits.argmax(-1) == target) * mask
+        count = mask.sum(1)
+        return ce.sum(1) / count, hit.sum(1) / count
+
+
 @MODELS.register_module()
-class MPPHead(BaseModule):
+class MPPHead(PatchClassifierHead):
     """Masked patch prediction's head (ViT paper, App. B.1.2): a Linear layer from each patch
     token to the ``2 ** (3 * bits)`` mean-colour classes, cross-entropy on the corrupted
     patches only.
@@ -132,25 +157,26 @@ class MPPHead(BaseModule):
     """
 
     def __init__(self, in_channels, patch_size, bits=3, init_cfg=None):
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(in_channels, 2 ** (3 * bits), init_cfg=init_cfg)
         self.patch_size = patch_size
         self.bits = bits
-        self.fc = nn.Linear(in_channels, 2 ** (3 * bits))
-
-    def forward(self, x):
-        """Patch tokens [B, N, D] -> logits [B, N, 2^(3 bits)]."""
-        return self.fc(x)
 
     def target(self, pixels):
         return mean_colour_classes(pixels, self.patch_size, self.bits)
 
-    def loss(self, logits, target, mask):
-        """Mean cross-entropy over the corrupted patches (``mask`` True) of the batch."""
-        return F.cross_entropy(logits[mask], target[mask])
 
-    def per_image(self, logits, target, mask):
-        """Each image's mean cross-entropy and accuracy over its corrupted patches: ([B], [B])."""
-        ce = F.cross_entropy(logits.transpose(1, 2), target, reduction='none') * mask
-        hit = (logits.argmax(-1) == target) * mask
-        count = mask.sum(1)
-        return ce.sum(1) / count, hit.sum(1) / count
+@MODELS.register_module()
+class BEiTHead(PatchClassifierHead):
+    """BEiT's masked-image-modelling head (Bao et al. 2022, Sec. 2.3): a Linear layer from
+    each patch token to the ``num_tokens`` visual tokens of the tokenizer, cross-entropy on
+    the masked patches only (``head.fc.*``; BEiT's ``lm_head``).
+
+    Args:
+        in_channels (int): the encoder's width (set by :class:`BEiT`).
+        num_tokens (int): the vocabulary: the tokenizer's codebook size (checked against
+            the tokenizer file when it is read).
+    """
+
+    def __init__(self, in_channels, num_tokens, init_cfg=None):
+        super().__init__(in_channels, num_tokens, init_cfg=init_cfg)
+        self.num_tokens = num_tokens

@@ -1,4 +1,5 @@
-"""Patches as pixel vectors, random masks and the build-time checks of masked pre-training.
+"""Patches as pixel vectors, random masks, BEiT's block masks and the build-time checks of
+masked pre-training.
 
 Layouts (used by MAE and masked patch prediction alike):
 
@@ -10,6 +11,7 @@ Layouts (used by MAE and masked patch prediction alike):
 - **keep** [B, n] long: the grid indices of the patches kept (visible), ascending per
   image; **mask** [B, N] bool: True where a patch is masked (not kept).
 """
+import math
 import zlib
 
 import torch
@@ -118,3 +120,60 @@ def per_image_draws(draw, data_samples, batch, seed, device):
         g = torch.Generator().manual_seed(sample_seed(ds, i, seed))
         parts.append(draw(1, g))
     return {k: torch.cat([p[k] for p in parts]).to(device) for k in parts[0]}
+
+
+def block_mask(grid_hw, num_masking_patches, rng, min_num_patches=16, max_num_patches=None,
+               min_aspect=0.3, max_aspect=None):
+    """BEiT's blockwise mask of one image (Bao et al. 2022, Algorithm 1; ``MaskingGenerator`` of
+    BEiT's code): rectangles of patches are added until about ``num_masking_patches`` are
+    masked.
+
+    Each step draws a target area ``s`` uniformly in [``min_num_patches``, what is left to
+    mask] (BEiT: 16 and 75 of 196) and an aspect ratio ``r`` log-uniformly in
+    [``min_aspect``, ``max_aspect``] (default ``1 / min_aspect``; BEiT: [0.3, 1/0.3]), takes the
+    block ``round(sqrt(s r))`` rows by ``round(sqrt(s / r))`` columns (smaller than the grid
+    on both sides) at a uniformly random place, and masks it if it adds at least one new
+    patch and no more than are left to mask; 10 tries per step. The mask never exceeds
+    ``num_masking_patches``; as in BEiT, it stops short when a step's 10 tries add nothing
+    (the last few patches: a block must add no more than are left). Unlike BEiT, an image
+    whose first step adds nothing is tried again (up to 100 times), so that no image is
+    left without a masked patch.
+
+    Args:
+        grid_hw (tuple[int, int]): the patch grid (h, w).
+        num_masking_patches (int): the target count.
+        rng (random.Random): the draws (BEiT draws with Python's ``random`` too).
+
+    Returns:
+        [h, w] bool tensor, True where masked.
+    """
+    h, w = grid_hw
+    max_num = num_masking_patches if max_num_patches is None else max_num_patches
+    log_aspect = (math.log(min_aspect), math.log(max_aspect or 1 / min_aspect))
+    mask = torch.zeros(h, w, dtype=torch.bool)
+
+    def add_block(limit):
+        for _ in range(10):
+            area = rng.uniform(min_num_patches, limit)
+            aspect = math.exp(rng.uniform(*log_aspect))
+            bh, bw = int(round(math.sqrt(area * aspect))), int(round(math.sqrt(area / aspect)))
+            if bw < w and bh < h:
+                top, left = rng.randint(0, h - bh), rng.randint(0, w - bw)
+                block = mask[top:top + bh, left:left + bw]
+                new = bh * bw - int(block.sum())
+                if 0 < new <= limit:
+                    block.fill_(True)
+                    return new
+        return 0
+
+    count = 0
+    for _ in range(100):  # the first block (BEiT gives up after 10 tries)
+        count = add_block(min(num_masking_patches, max_num))
+        if count:
+            break
+    while 0 < count < num_masking_patches:
+        added = add_block(min(num_masking_patches - count, max_num))
+        if not added:
+            break
+        count += added
+    return mask

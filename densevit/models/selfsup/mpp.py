@@ -7,7 +7,7 @@ from torch import nn
 
 from densevit.registry import MODELS
 
-from .base import MaskedImageModel
+from .base import MaskedTokenClassifier
 from .masking import noise_masking, num_kept
 
 UNTOUCHED, MASK_TOKEN, OTHER_PATCH, KEPT = 0, 1, 2, 3  # what corruption did to a patch
@@ -43,7 +43,7 @@ def corrupt_tokens(tokens, mask, choice, partner, mask_token, replace_probs):
 
 
 @MODELS.register_module()
-class MaskedPatchPrediction(MaskedImageModel):
+class MaskedPatchPrediction(MaskedTokenClassifier):
     """Masked patch prediction (ViT paper, App. B.1.2) on the same ViT code as :class:`MAE`.
 
     Per image a ``mask_ratio`` of the patches (the paper: 50%) is corrupted: of those,
@@ -74,6 +74,8 @@ class MaskedPatchPrediction(MaskedImageModel):
             corrupted patches) and ``patch_mask`` [h, w] bool.
     """
 
+    objective = 'mpp'
+
     def __init__(self, backbone, head, mask_ratio=0.5, replace_probs=(0.8, 0.1, 0.1),
                  val_seed=0, data_preprocessor=None, init_cfg=None):
         super().__init__(backbone, mask_ratio, val_seed, data_preprocessor, init_cfg)
@@ -101,14 +103,3 @@ class MaskedPatchPrediction(MaskedImageModel):
         x = self.backbone.encode(tokens, hw)[:, self.backbone.num_extra_tokens:]
         return dict(logits=self.head(x), target=self.head.target(self.raw_pixels(inputs)),
                     mask=mask, kind=kind)
-
-    def loss(self, out, inputs):
-        logits, target, mask = out['logits'], out['target'], out['mask']
-        with torch.no_grad():
-            acc = (logits[mask].argmax(-1) == target[mask]).float().mean()
-        return dict(loss_mpp=self.head.loss(logits, target, mask), acc_mpp=acc)
-
-    def predict(self, out, inputs, data_samples):
-        losses, accs = self.head.per_image(out['logits'], out['target'], out['mask'])
-        return self.annotate(data_samples, inputs, out['mask'], pretrain_loss=losses,
-                             pretrain_acc=accs)
