@@ -14,6 +14,7 @@ from densevit.models.layers.deformable_detr_transformer import (
     encoder_reference_points,
 )
 from densevit.models.layers.ms_deform_attn import MultiScaleDeformableAttention
+from densevit.models.layers.own_init import ResetAfterChildrenInit
 from densevit.models.layers.sine_position_encoding import SinePositionalEncoding2D
 from densevit.registry import MODELS
 from densevit.utils.defaults import DEFAULT, resolve_default
@@ -33,7 +34,7 @@ def sine_positions(encoding, x):
 
 
 @MODELS.register_module()
-class MSDeformAttnPixelDecoder(BaseModule):
+class MSDeformAttnPixelDecoder(ResetAfterChildrenInit, BaseModule):
     """Per-pixel embedding and multi-scale memory from a backbone's maps.
 
     The last ``num_levels`` maps (strides 8, 16, 32 of a 4-level backbone) are projected to
@@ -109,14 +110,6 @@ class MSDeformAttnPixelDecoder(BaseModule):
             nn.init.xavier_uniform_(proj.conv.weight)
             nn.init.zeros_(proj.conv.bias)
         nn.init.normal_(self.level_embed)
-
-    def init_weights(self):
-        """The children's own init (``ConvModule``: Kaiming), then :meth:`_reset_parameters`
-        again; an ``init_cfg`` overrides both."""
-        reset = not self._is_init and self.init_cfg is None
-        super().init_weights()
-        if reset:
-            self._reset_parameters()
 
     def encode(self, maps):
         """The encoder: the last ``num_levels`` maps -> memory, a list of [B, D, H_l, W_l],

@@ -10,12 +10,17 @@ from densevit.utils.defaults import DEFAULT, resolve_default
 from densevit.utils.precision import at_least_fp32
 
 
+def mean_across_ranks(value):
+    """A float tensor averaged over processes, in place (itself in one process)."""
+    if get_world_size() > 1:
+        all_reduce(value, op='mean')
+    return value
+
+
 def num_boxes_across_ranks(targets, device):
     """Target boxes in the batch averaged over processes, at least 1 (DETR's normalizer)."""
     n = torch.tensor(float(sum(len(t['labels']) for t in targets)), device=device)
-    if get_world_size() > 1:
-        all_reduce(n, op='mean')
-    return n.clamp(min=1).item()
+    return mean_across_ranks(n).clamp(min=1).item()
 
 
 def sigmoid_focal_loss(logits, targets, alpha=0.25, gamma=2.0):
