@@ -15,6 +15,8 @@ import os.path as osp
 
 # what to draw per task, and the top of its y axis (None: as high as the values go)
 CURVE_KEYS = {'coco/bbox_mAP_50': (('coco/bbox_mAP_50', 'coco/bbox_mAP'), 1.0),
+              # panoptic before mIoU: a mask classifier logs both, PQ is its main metric
+              'coco_panoptic/PQ': (('coco_panoptic/PQ', 'mIoU'), 100.0),
               'mIoU': (('mIoU', 'mAcc'), 100.0),
               'pretrain/objective': (('pretrain/objective',), None)}  # MAE / MPP: lower is better
 

@@ -111,6 +111,19 @@ def test_plot_curves_table(tmp_path, capsys):
                        '| a | mIoU | 20 | 40 |', '| b | mIoU |  | 45.5 |']
 
 
+def test_plot_curves_tables_pq_of_a_mask_classifier(tmp_path, capsys):
+    """A run that logs PQ and mIoU together (EoMT, Mask2Former) is tabled by its PQ."""
+    run = tmp_path / 'pan' / '20260101_000000' / 'vis_data'
+    run.mkdir(parents=True)
+    (run / 'scalars.json').write_text('\n'.join(
+        f'{{"coco_panoptic/PQ": {pq}, "mIoU": {m}, "step": {s}}}'
+        for s, pq, m in [(100, 12.5, 30.0), (200, 25.0, 41.0)]))
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    assert plot_tool.main([str(tmp_path / 'pan'), '--x', 'iter', '--table',
+                           '--out', str(tmp_path / 'p.png')]) == 0
+    assert '| pan | coco_panoptic/PQ | 12.5 | 25 |' in capsys.readouterr().out.splitlines()
+
+
 class _Clock:
     """A stand-in for time.perf_counter, advanced by hand."""
 
