@@ -99,3 +99,13 @@ def all_layers(vit):
 
 def bgr_to_rgb(img):
     return np.ascontiguousarray(img[..., ::-1])
+
+
+def add_image_figure_arguments(parser, config_help, checkpoint_help, num, out):
+    """The arguments every per-image figure tool shares: CONFIG, CHECKPOINT, ``--num`` rows,
+    ``--out`` PNG, ``--folder`` (images from a folder instead of the validation set)."""
+    parser.add_argument('config', help=config_help)
+    parser.add_argument('checkpoint', help=checkpoint_help)
+    parser.add_argument('--num', type=int, default=num, help='images (rows)')
+    parser.add_argument('--out', default=out, help='PNG to write')
+    parser.add_argument('--folder', help='images from this folder instead of the validation set')

@@ -24,7 +24,12 @@ import torch.nn.functional as F
 from mmengine.config import DictAction
 
 from densevit.analysis.attention_capture import capture_attention
-from densevit.analysis.inputs import default_image_size, find_vit, to_tensor
+from densevit.analysis.inputs import (
+    add_image_figure_arguments,
+    default_image_size,
+    find_vit,
+    to_tensor,
+)
 from densevit.apis import init_model
 from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.registry import DATASETS
@@ -108,11 +113,9 @@ def pick_vit(model, student):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('config', help='a config whose model has a ViT backbone with a class token')
-    p.add_argument('checkpoint', help="its weights ('none': random initialisation)")
-    p.add_argument('--num', type=int, default=6, help='images (rows)')
-    p.add_argument('--out', default='dino_attention.png', help='PNG to write')
-    p.add_argument('--folder', help='images from this folder instead of the validation set')
+    add_image_figure_arguments(
+        p, 'a config whose model has a ViT backbone with a class token',
+        "its weights ('none': random initialisation)", 6, 'dino_attention.png')
     p.add_argument('--student', action='store_true',
                    help="DINOSelfDistillation: the student's ViT instead of the teacher's")
     p.add_argument('--threshold', type=float,

@@ -22,6 +22,7 @@ import cv2
 import torch
 from mmengine.dataset import pseudo_collate
 
+from densevit.analysis.inputs import add_image_figure_arguments
 from densevit.apis import init_model
 from densevit.checkpoint.model import CHECKPOINT_ERRORS
 from densevit.models.selfsup.mae import MAE
@@ -46,11 +47,9 @@ def dataset_cfg(cfg, folder):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('config', help='an MAE config (e.g. configs/mae/mae_vit_shapes_quickstart.py)')
-    p.add_argument('checkpoint', help='its trained weights')
-    p.add_argument('--num', type=int, default=8, help='images (rows)')
-    p.add_argument('--out', default='mae_reconstruction.png', help='PNG to write')
-    p.add_argument('--folder', help='images from this folder instead of the validation set')
+    add_image_figure_arguments(
+        p, 'an MAE config (e.g. configs/mae/mae_vit_shapes_quickstart.py)',
+        'its trained weights', 8, 'mae_reconstruction.png')
     p.add_argument('--seed', type=int, help="mask seed (default: the model's val_seed)")
     p.add_argument('--gap', type=int, default=2, help='white pixels between panels')
     p.add_argument('--raw', action='store_true',
