@@ -1,7 +1,7 @@
 """EoMT against HF transformers on the same weights, and the memory of its mask losses.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_eomt.py [--arch S] [--size 512] [--repeats 5]
-        [--only speed memory] [--json FILE]
+        [--only speed memory] [--device cpu|cuda] [--json FILE]
     # end to end at a tiny size (what tests/tools runs; a check, not a measurement):
     python benchmarks/bench_eomt.py --tiny --repeats 1
 
@@ -16,6 +16,8 @@
    masking probability 1 in every block as at the start of training, the Mask2Former loss of
    every block at 12544 points, backward; the same semantic targets for both; no optimiser).
    Printed: milliseconds of each and densevit's time over HF's (median of per-repeat ratios).
+   ``--device cuda``: both models, inputs and targets on the GPU, each timed call waiting for
+   it (fp32 with torch's default matmul precision).
 2. Memory of the mask losses (each in a fresh process, its peak resident-set growth,
    ``densevit.utils.memory.peak_rss_growth``, around one loss and its backward): densevit's
    ``MaskSetCriterion`` (matching and losses at 12544 sampled points, EoMT's and
@@ -111,14 +113,30 @@ def timed(fn_a, fn_b, repeats):
     return statistics.median(times[0]), statistics.median(times[1]), ratio
 
 
+def sync(device):
+    """Wait for ``device`` (a CUDA device; nothing to wait for on the CPU)."""
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def synced(fn, device):
+    """``fn`` as a function of nothing that returns once ``device`` has finished its work."""
+    def call():
+        fn()
+        sync(device)
+    return call
+
+
 def speed(args):
     torch.manual_seed(0)
+    d = args.device
     queries = 10 if args.tiny else 100
     hf = hf_model(args.arch, args.size, args.classes, queries, blocks=2 if args.tiny else 4)
-    ours = densevit_model(hf)
+    ours = densevit_model(hf).to(d)
+    hf = hf.to(d)
     hf.eval(), ours.eval()
     set_probs(hf, 0.0), set_probs(ours, 0.0)
-    x = torch.randn(1, 3, args.size, args.size, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(1, 3, args.size, args.size, generator=torch.Generator().manual_seed(1)).to(d)
     with torch.no_grad():
         out = hf(pixel_values=x)
         masks, classes = ours.predictions(x, masked=False)
@@ -128,8 +146,12 @@ def speed(args):
     def training():
         hf.train(), ours.train()
         set_probs(hf, 1.0), set_probs(ours, 1.0)
-        xb = torch.randn(2, 3, args.size, args.size, generator=torch.Generator().manual_seed(2))
+        xb = torch.randn(2, 3, args.size, args.size,
+                         generator=torch.Generator().manual_seed(2)).to(d)
         samples, mask_labels, class_labels = semantic_targets(2, args.size, args.classes)
+        samples = [s.to(d) for s in samples]
+        mask_labels = [m.to(d) for m in mask_labels]
+        class_labels = [c.to(d) for c in class_labels]
 
         def train_ours():
             losses = ours(xb, samples, mode='loss')
@@ -139,12 +161,12 @@ def speed(args):
         def train_hf():
             hf(pixel_values=xb, mask_labels=mask_labels, class_labels=class_labels).loss.backward()
             hf.zero_grad(set_to_none=True)
-        return train_ours, train_hf
+        return synced(train_ours, d), synced(train_hf, d)
 
     return compare_then_time(
         ('eval, masking off', 'class / mask', errors),
-        (no_grad(ours.predictions, x, masked=False), no_grad(hf, pixel_values=x)), training,
-        args.repeats)
+        (synced(no_grad(ours.predictions, x, masked=False), d),
+         synced(no_grad(hf, pixel_values=x), d)), training, args.repeats)
 
 
 def no_grad(fn, *args, **kwargs):
@@ -272,14 +294,17 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--arch', default='S', choices=['S', 'B'])
     add_common_arguments(p)
+    p.add_argument('--device', default='cpu', help='cpu, cuda or cuda:N (speed only)')
     p.add_argument('--child', nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return child(args.child[0], int(args.child[1]), int(args.child[2]))
     if args.tiny:
         args.arch, args.size, args.classes = 'tiny', 64, 5
-    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads; EoMT-{args.arch}/16 at '
-          f'{args.size}x{args.size}, {args.classes} classes')
+    device = (torch.cuda.get_device_name(args.device)
+              if torch.device(args.device).type == 'cuda' else 'cpu')
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {device}; '
+          f'EoMT-{args.arch}/16 at {args.size}x{args.size}, {args.classes} classes')
     run_sections(args, speed, memory)
 
 

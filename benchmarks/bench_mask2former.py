@@ -42,6 +42,8 @@ from bench_eomt import (
     no_grad,
     run_sections,
     semantic_targets,
+    sync,
+    synced,
 )
 from mmengine.registry import DefaultScope
 
@@ -96,11 +98,6 @@ def sides(args):
     return ours.to(args.device), hf.to(args.device)
 
 
-def sync(device):
-    if torch.device(device).type == 'cuda':
-        torch.cuda.synchronize()
-
-
 def max_rel_err(ours, hf):
     """The largest |densevit - HF| over the largest |HF| of every prediction set's mask and
     class logits -> (mask, class)."""
@@ -149,12 +146,6 @@ def speed(args):
         errors = max_rel_err(ours(x, mode='tensor'), hf(pixel_values=x,
                                                         output_auxiliary_logits=True))
 
-    def synced(fn):
-        def call():
-            fn()
-            sync(args.device)
-        return call
-
     def training():
         ours.train(), hf.train()
         batch = training_batch(args)
@@ -162,7 +153,8 @@ def speed(args):
 
     return compare_then_time(
         ('eval, every prediction set', 'mask / class', errors),
-        (synced(no_grad(ours, x, mode='tensor')), synced(no_grad(hf, pixel_values=x))),
+        (synced(no_grad(ours, x, mode='tensor'), args.device),
+         synced(no_grad(hf, pixel_values=x), args.device)),
         training, args.repeats)
 
 

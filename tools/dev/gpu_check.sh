@@ -168,9 +168,11 @@ export DENSEVIT_TEST_DEVICE=cuda
 
 # 1. the CUDA check, in five lanes at once (a GPU of 80 GB and 16 cores hold them; each lane's
 # steps run in turn, their output in OUT/logs/lane_*.log): CPU-vs-CUDA equality, then the
-# cuda_path tests; the quickstarts in fp32 and fp16 AMP, each followed by tools/test.py, and
-# torchrun; Mask2Former and DINO; the windowed ViT-B detector with and without activation
-# checkpointing, then DETR panoptic; the self-supervised quickstarts
+# cuda_path tests, then the rest of the suite as far as time allows; the quickstarts in fp32
+# and fp16 AMP, each followed by tools/test.py, and torchrun; Mask2Former and DINO; the windowed
+# ViT-B detector with and without activation checkpointing, then DETR panoptic; the
+# self-supervised quickstarts (MAE, masked patch prediction, BEiT with a tokenizer made from
+# that MAE run, DINO self-distillation)
 
 # -v: one line per test as it ends, so a step cut by its limit still names what failed; a
 # module that cannot be collected (a missing optional reference package) is reported, not fatal
@@ -196,9 +198,10 @@ train_and_test() {
     fi
 }
 
-lane_tests() {
+lane_tests() {  # then the rest of the suite, in parallel, as far as the lanes' time allows
     step pytest_cuda 240 "$PY" -m pytest -v -rs tests/cuda
     step pytest_cuda_path 600 "$PY" -m pytest -rfE -m cuda_path "${XDIST[@]}"
+    step pytest_rest 900 "$PY" -m pytest -rfE -m 'not cuda_path' "${XDIST[@]}"
 }
 
 lane_quickstarts() {
@@ -229,12 +232,33 @@ lane_queries() {  # the query-based models that came after: Mask2Former, DINO
     done
 }
 
-lane_pretrain() {  # the self-supervised quickstarts: MAE, masked patch prediction
-    local name mode
+lane_pretrain() {  # the self-supervised quickstarts: MAE, masked patch prediction, BEiT, DINO
+    local name mode tok=$OUT/beit_tokenizer.pth
     for name in mae_vit_shapes_quickstart mpp_vit_shapes_quickstart; do
         for mode in fp32 amp; do
             train_and_test "$name" "configs/mae/$name.py" "$mode"
         done
+    done
+    # BEiT's tokenizer: k-means over the patch features of the MAE run just trained (the
+    # quickstart's own is made from the 10k-iteration MAE run: a CUDA check, not a codebook)
+    local mae=$OUT/mae_vit_shapes_quickstart-fp32/iter_$ITERS.pth
+    if [ -f "$mae" ]; then
+        step make_beit_tokenizer 120 "$PY" tools/pretrain/make_tokenizer.py \
+            configs/mae/mae_vit_shapes_quickstart.py "$mae" --k 512 --num-images 200 \
+            --max-features 20000 --out "$tok"
+    else
+        skip make_beit_tokenizer "no $mae"
+    fi
+    for mode in fp32 amp; do
+        if [ -f "$tok" ]; then
+            train_and_test beit_vit_shapes_quickstart \
+                configs/beit_ssl/beit_vit_shapes_quickstart.py "$mode" \
+                "model.tokenizer.checkpoint=$tok"
+        else
+            skip "train_beit_vit_shapes_quickstart_$mode" "no $tok"
+        fi
+        train_and_test dino_vit_shapes_quickstart configs/dino_ssl/dino_vit_shapes_quickstart.py \
+            "$mode"
     done
 }
 
@@ -296,6 +320,9 @@ step bench_gpu_peers 300 "$PY" benchmarks/bench_gpu_peers.py --budget-s "$budget
     --models conditional_detr dab_detr deformable_detr detr segformer \
     --precisions fp16 tf32 bf16 --json "$OUT/bench_gpu_peers.json" --profile-dir "$OUT/profiles"
 
-# 3. the rest of the suite, in parallel, as far as time allows
-step pytest_rest 900 "$PY" -m pytest -rfE -m 'not cuda_path' "${XDIST[@]}"
+# the newer models against HF on the same weights (fp32): EoMT-S and Mask2Former Swin-T, 512
+step bench_eomt_gpu 120 "$PY" benchmarks/bench_eomt.py --device cuda --only speed \
+    --json "$OUT/bench_eomt_gpu.json"
+step bench_mask2former_gpu 150 "$PY" benchmarks/bench_mask2former.py --device cuda \
+    --json "$OUT/bench_mask2former_gpu.json"
 summary
