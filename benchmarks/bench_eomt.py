@@ -17,7 +17,7 @@
    every block at 12544 points, backward; the same semantic targets for both; no optimiser).
    Printed: milliseconds of each and densevit's time over HF's (median of per-repeat ratios).
    ``--device cuda``: both models, inputs and targets on the GPU, each timed call waiting for
-   it (fp32 with torch's default matmul precision).
+   it, in fp32 without TF32 (``strict_fp32``).
 2. Memory of the mask losses (each in a fresh process, its peak resident-set growth,
    ``densevit.utils.memory.peak_rss_growth``, around one loss and its backward): densevit's
    ``MaskSetCriterion`` (matching and losses at 12544 sampled points, EoMT's and
@@ -119,6 +119,14 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
+def strict_fp32(device):
+    """On CUDA, fp32 matrix products and convolutions without TF32 (cuDNN's convolutions use it
+    by default): otherwise the two sides' outputs differ by TF32's rounding, not their math."""
+    if torch.device(device).type == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
 def synced(fn, device):
     """``fn`` as a function of nothing that returns once ``device`` has finished its work."""
     def call():
@@ -130,6 +138,7 @@ def synced(fn, device):
 def speed(args):
     torch.manual_seed(0)
     d = args.device
+    strict_fp32(d)
     queries = 10 if args.tiny else 100
     hf = hf_model(args.arch, args.size, args.classes, queries, blocks=2 if args.tiny else 4)
     ours = densevit_model(hf).to(d)

@@ -13,7 +13,8 @@ prediction before the first --, 100 queries, ``--classes`` 150, the loss at 1254
 own initialisation, its weights converted by densevit's converter
 (``densevit/checkpoint/mask2former.py``) into densevit's ``Mask2Former`` of the same sizes.
 
-1. Speed (``--device``, one process). The outputs are compared first, in eval mode at
+1. Speed (``--device``, one process; on CUDA fp32 without TF32, ``bench_eomt.strict_fp32``).
+   The outputs are compared first, in eval mode at
    ``--size`` squared: every prediction set's class and mask logits, the largest difference
    over the largest value (over 1e-4 and the pair is reported and not timed). Then, interleaved
    (``bench_eomt.compare_then_time``: order flipped every repeat, one warm-up each): inference
@@ -42,6 +43,7 @@ from bench_eomt import (
     no_grad,
     run_sections,
     semantic_targets,
+    strict_fp32,
     sync,
     synced,
 )
@@ -214,6 +216,7 @@ def main():
     args.arch = 'T'
     if args.tiny:
         args.arch, args.size, args.classes = 'tiny', 64, 5
+    strict_fp32(args.device)
     if args.child:
         return child(args)
     device = (torch.cuda.get_device_name(args.device)
