@@ -24,8 +24,8 @@ from .layout import PartialLayoutError, UnknownLayoutError, convert_state_dict
 from .vit import DENSEVIT_MODEL, densevit_model_layout
 
 # modules of this package with model_layouts(state_dict)
-FAMILIES = ('detr', 'detr_panoptic', 'deformable_detr', 'conditional_detr', 'dab_detr', 'mit',
-            'setr', 'upernet', 'eomt', 'mask2former')
+FAMILIES = ('detr', 'detr_panoptic', 'deformable_detr', 'co_dino', 'conditional_detr', 'dab_detr',
+            'mit', 'setr', 'upernet', 'eomt', 'mask2former')
 
 # keys in saved models that are not weights of the model itself
 _NOT_WEIGHTS = r'(data_preprocessor\.|ema_|ema_model\.|module\.ema\.).*'

@@ -60,6 +60,11 @@ def generalized_box_iou(boxes1, boxes2, eps=EPS):
     return _giou(boxes1[:, None], boxes2[None], eps)
 
 
+def aligned_box_iou(boxes1, boxes2, eps=EPS):
+    """IoU of each pair of rows of [N, 4] and [N, 4] xyxy boxes -> [N]."""
+    return _iou_parts(boxes1, boxes2, eps)[0]
+
+
 def aligned_generalized_box_iou(boxes1, boxes2, eps=EPS):
     """Generalized IoU of each pair of rows of [N, 4] and [N, 4] xyxy boxes -> [N] (the
     diagonal of :func:`generalized_box_iou` without the [N, N] matrix)."""

@@ -30,15 +30,17 @@ CONFIG = ROOT / 'configs' / 'dino' / 'dino-4scale_r50_8xb2-12e_coco.py'
 TOL = 1e-4
 
 
-def tiny():
-    cfg = Config.fromfile(str(CONFIG))
+def tiny(config=CONFIG, embed_dims=16):
+    """``config`` made as small as make_dino.py's model (FFN width 2 x ``embed_dims``)."""
+    cfg = Config.fromfile(str(config))
     cfg.merge_from_dict({
         'model.backbone.base_channels': 2,
-        'model.bbox_head.num_classes': 3, 'model.bbox_head.embed_dims': 16,
+        'model.bbox_head.num_classes': 3, 'model.bbox_head.embed_dims': embed_dims,
         'model.bbox_head.num_queries': 8, 'model.bbox_head.norm_groups': 8,
         'model.bbox_head.num_dets': 10, 'model.bbox_head.dn_cfg.num_dn_queries': 6,
         'model.bbox_head.transformer': dict(num_heads=2, num_points=2, num_encoder_layers=1,
-                                            num_decoder_layers=2, feedforward_channels=32)})
+                                            num_decoder_layers=2,
+                                            feedforward_channels=2 * embed_dims)})
     return cfg
 
 

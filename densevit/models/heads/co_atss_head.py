@@ -13,7 +13,8 @@ target, and binary cross-entropy of the centerness logit against that target.
 In Co-DETR the head reads the encoder's memory reshaped to the L level maps plus one more
 level made by a 3×3 stride-2 convolution + GroupNorm of the coarsest (:func:`memory_to_maps`
 gives the first L), and its positives (anchors, labels, target boxes) become extra groups
-of decoder queries; only the head and its losses are here (see docs/detr_family.md).
+of decoder queries (:class:`~densevit.models.heads.co_dino_head.CoDINOHead`; see
+docs/detr_family.md).
 """
 import math
 
@@ -35,10 +36,10 @@ FLOAT32_EPS = torch.finfo(torch.float32).eps
 
 
 def memory_to_maps(memory, shapes):
-    """Encoder memory [B, S, D] with level shapes [L, 2] (h, w; S = Σ h·w) -> L maps
-    [B, D, h, w]."""
+    """Encoder memory [B, S, D] with level shapes (h, w; S = Σ h·w), a [L, 2] tensor or a
+    list of pairs -> L maps [B, D, h, w]."""
     maps, start = [], 0
-    for h, w in shapes.tolist():
+    for h, w in (shapes.tolist() if torch.is_tensor(shapes) else shapes):
         maps.append(memory[:, start:start + h * w].transpose(1, 2).reshape(
             memory.shape[0], memory.shape[2], h, w))
         start += h * w
@@ -150,30 +151,52 @@ class CoATSSHead(ResetAfterChildrenInit, BaseModule):
         boxes[positive] = gt_boxes.to(anchors)[assigned[positive]]
         return assigned, labels, boxes
 
-    def targets(self, sizes, gt_boxes, gt_labels, device, dtype=torch.float32):
+    def valid_anchors(self, sizes, img_size, device):
+        """Level sizes [(h, w)], one image's (h, w) -> [A] bool: the anchors whose location
+        lies on the image, ⌈h / stride⌉ rows and ⌈w / stride⌉ columns of each level (the
+        rest cover batch padding; MMDetection's valid flags)."""
+        out = []
+        for (h, w), s in zip(sizes, self.strides, strict=True):
+            rows = torch.arange(h, device=device) < math.ceil(img_size[0] / s)
+            cols = torch.arange(w, device=device) < math.ceil(img_size[1] / s)
+            out.append((rows[:, None] & cols[None]).flatten())
+        return torch.cat(out)
+
+    def targets(self, sizes, gt_boxes, gt_labels, device, dtype=torch.float32, img_sizes=None):
         """Per image ground truth (boxes [G_i, 4] xyxy pixels, labels [G_i]) -> dict of
-        ``anchors`` [A, 4] (all levels), ``num_level_anchors`` list[int], ``assigned`` /
-        ``labels`` [B, A], ``boxes`` [B, A, 4] (the positives' target boxes): the positive
-        coordinates Co-DETR turns into queries."""
+        ``anchors`` [A, 4] (all levels), ``num_level_anchors`` list[int], ``valid`` [B, A]
+        (:meth:`valid_anchors` of each of ``img_sizes``, (h, w) per image; None: every
+        anchor), ``assigned`` / ``labels`` [B, A], ``boxes`` [B, A, 4] (the positives' target
+        boxes): the positive coordinates Co-DETR turns into queries. Only valid anchors
+        are assigned (ATSS's candidates per level among them); the others are background."""
         per_level = self.anchors(sizes, device, dtype)
         anchors, counts = torch.cat(per_level), [len(a) for a in per_level]
-        per_image = [self.assign(anchors, counts, b, c)
-                     for b, c in zip(gt_boxes, gt_labels, strict=True)]
-        assigned, labels, boxes = (torch.stack([x[i] for x in per_image]) for i in range(3))
-        return dict(anchors=anchors, num_level_anchors=counts, assigned=assigned,
+        B, A = len(gt_boxes), len(anchors)
+        valid = torch.ones(B, A, dtype=torch.bool, device=device) if img_sizes is None else \
+            torch.stack([self.valid_anchors(sizes, s, device) for s in img_sizes])
+        assigned = torch.full((B, A), -1, dtype=torch.long, device=device)
+        labels = torch.full((B, A), self.num_classes, dtype=torch.long, device=device)
+        boxes = anchors.new_zeros(B, A, 4)
+        for i, (b, c) in enumerate(zip(gt_boxes, gt_labels, strict=True)):
+            v = valid[i]
+            level_counts = [int(x.sum()) for x in v.split(counts)]
+            assigned[i, v], labels[i, v], boxes[i, v] = self.assign(anchors[v], level_counts, b, c)
+        return dict(anchors=anchors, num_level_anchors=counts, valid=valid, assigned=assigned,
                     labels=labels, boxes=boxes)
 
-    def level_losses(self, outs, gt_boxes, gt_labels):
+    def level_losses(self, outs, gt_boxes, gt_labels, img_sizes=None):
         """Losses of every level (weighted) and the targets.
 
         Args:
             outs (tuple): :meth:`forward`'s outputs.
             gt_boxes (list[Tensor]): per image [G_i, 4] xyxy pixels of the padded batch.
             gt_labels (list[Tensor]): per image [G_i].
+            img_sizes (list[tuple] | None): per image (h, w) in the padded batch; anchors
+                off the image take no part (see :meth:`targets`). None: every anchor.
 
         Returns:
             tuple[dict, dict]: ``loss_cls``, ``loss_bbox``, ``loss_centerness``, each a list
-            over levels: the focal loss over all anchors and classes and the centerness
+            over levels: the focal loss over all valid anchors and classes and the centerness
             loss, both divided by the positives (each image counting at least one, averaged
             over processes), and the GIoU loss weighted by the centerness targets, divided
             by their sum (at least 1); and :meth:`targets`.
@@ -182,13 +205,14 @@ class CoATSSHead(ResetAfterChildrenInit, BaseModule):
         B, K = logits[0].shape[0], self.num_classes
         dtype = torch.promote_types(logits[0].dtype, torch.float32)
         tg = self.targets([x.shape[-2:] for x in logits], gt_boxes, gt_labels,
-                          logits[0].device, dtype)
+                          logits[0].device, dtype, img_sizes)
         positives = (tg['labels'] < K).sum(1).clamp(min=1).sum().to(dtype)
         num_pos = mean_across_ranks(positives).item()
         losses = dict(loss_cls=[], loss_bbox=[], loss_centerness=[])
         ctr_sums, start = [], 0
         for lvl, n in enumerate(tg['num_level_anchors']):
             labels = tg['labels'][:, start:start + n].reshape(-1)
+            valid = tg['valid'][:, start:start + n].reshape(-1, 1).to(dtype)
             boxes = tg['boxes'][:, start:start + n].reshape(-1, 4)
             anchors = tg['anchors'][start:start + n].repeat(B, 1)
             start += n
@@ -196,8 +220,8 @@ class CoATSSHead(ResetAfterChildrenInit, BaseModule):
             delta = deltas[lvl].permute(0, 2, 3, 1).reshape(-1, 4).to(dtype)
             ctr = centerness[lvl].permute(0, 2, 3, 1).reshape(-1).to(dtype)
             onehot = F.one_hot(labels, K + 1)[:, :K].to(dtype)
-            losses['loss_cls'].append(sigmoid_focal_loss(
-                cls, onehot, self.focal_alpha, self.focal_gamma).sum() / (num_pos + FLOAT32_EPS))
+            focal = sigmoid_focal_loss(cls, onehot, self.focal_alpha, self.focal_gamma) * valid
+            losses['loss_cls'].append(focal.sum() / (num_pos + FLOAT32_EPS))
             pos = labels < K
             if pos.any():
                 target = centerness_target(anchors[pos], boxes[pos])
@@ -217,7 +241,7 @@ class CoATSSHead(ResetAfterChildrenInit, BaseModule):
         losses = {k: [x * self.loss_weights[k] for x in v] for k, v in losses.items()}
         return losses, tg
 
-    def loss(self, outs, gt_boxes, gt_labels):
+    def loss(self, outs, gt_boxes, gt_labels, img_sizes=None):
         """The weighted losses summed over levels (dict of scalars) and :meth:`targets`."""
-        losses, tg = self.level_losses(outs, gt_boxes, gt_labels)
+        losses, tg = self.level_losses(outs, gt_boxes, gt_labels, img_sizes)
         return {k: sum(v) for k, v in losses.items()}, tg

@@ -224,8 +224,18 @@ class DeformableDETRHead(DETRHead):
         N decoder layers (+ ``dn``, see :meth:`DETRHead.forward`; two-stage also
         ``enc_outputs``: the encoder pixels' ``pred_logits`` [B, S, K] and
         ``pred_boxes`` [B, S, 4])."""
+        return self.decode_queries(self.encode(feats, pixel_mask), data_samples)
+
+    def encode(self, feats, pixel_mask):
+        """The input projections and the encoder -> (memory [B, S, D], mask [B, S] (True =
+        padding), level shapes [(h_l, w_l)] (S = Σ h_l·w_l), valid ratios [B, L, 2])."""
         srcs, masks, pos = self.project_levels(feats, pixel_mask)
-        memory, mask, shapes, ratios = self.transformer.encode(srcs, masks, pos)
+        return self.transformer.encode(srcs, masks, pos)
+
+    def decode_queries(self, encoded, data_samples=None):
+        """:meth:`encode`'s output -> :meth:`forward`'s: the matching (and DN) queries
+        through the decoder."""
+        memory, mask, shapes, ratios = encoded
         tgt, query_pos, reference, enc = self.matching_queries(memory, mask, shapes)
         tgt, query_pos, reference, attn_mask, dn = self.build_queries(
             tgt, query_pos, reference, data_samples)
@@ -235,21 +245,28 @@ class DeformableDETRHead(DETRHead):
             self.transformer.decode, tgt, query_pos, reference, memory, mask, shapes, ratios,
             bbox_embed=self.bbox_embed if self.with_box_refine else None,
             self_attn_mask=attn_mask, **self.decode_kwargs())
+        out = self.split_denoising(self.layer_predictions(hs, refs), dn)
+        if enc is not None:
+            out['enc_outputs'] = enc
+        return out
+
+    def layer_predictions(self, hs, refs):
+        """Decoder outputs hs [N, B, T, D] and each layer's reference (list of [B, T, 2 or 4])
+        -> dict(pred_logits [N, B, T, K], pred_boxes [N, B, T, 4]): layer i's class logits and
+        its box, a delta relative to its reference (through ``inverse_sigmoid`` at the
+        refinement's eps)."""
+        eps = self.decode_kwargs().get('refine_eps', 1e-5)
         logits, boxes = [], []
         for i, (h, ref) in enumerate(zip(hs, refs, strict=True)):
             logits.append(run_in_fp32(self._layer(self.class_embed, i), h))
             delta = run_in_fp32(self._layer(self.bbox_embed, i), h)
-            ref = inverse_sigmoid(ref)
+            ref = inverse_sigmoid(ref, eps=eps)
             if ref.shape[-1] == 4:
                 delta = delta + ref
             else:
                 delta = torch.cat([delta[..., :2] + ref, delta[..., 2:]], -1)
             boxes.append(delta.sigmoid())
-        out = self.split_denoising(
-            dict(pred_logits=torch.stack(logits), pred_boxes=torch.stack(boxes)), dn)
-        if enc is not None:
-            out['enc_outputs'] = enc
-        return out
+        return dict(pred_logits=torch.stack(logits), pred_boxes=torch.stack(boxes))
 
     def layer_losses(self, out, targets, num_boxes, prefix=''):
         """DETRHead's per-layer losses, plus (two-stage) the encoder boxes' ``enc_loss_*``:

@@ -5,9 +5,11 @@ from mmengine.dist import all_reduce, get_world_size
 from torch import nn
 
 from densevit.registry import MODELS, TASK_UTILS
-from densevit.structures import box_cxcywh_to_xyxy, generalized_box_iou
+from densevit.structures import aligned_box_iou, box_cxcywh_to_xyxy, generalized_box_iou
 from densevit.utils.defaults import DEFAULT, resolve_default
 from densevit.utils.precision import at_least_fp32
+
+from .quality_focal_loss import quality_focal_loss
 
 
 def mean_across_ranks(value):
@@ -83,16 +85,26 @@ class SetCriterion(nn.Module):
             ``pred_logits`` [B, Q, K], "no object" = all-zero target), summed over
             queries and classes and divided by ``num_boxes``.
         focal_alpha, focal_gamma (float): focal loss α (0.25) and γ (2).
+        quality_focal (bool): with ``use_focal``, the quality focal loss instead
+            (:func:`~densevit.models.losses.quality_focal_loss.quality_focal_loss`, Co-DINO's):
+            a matched query's target at its class is the IoU of its (detached) box with the
+            target box, the modulating exponent is ``focal_gamma`` (its β), no α; same
+            normalizer.
     """
 
     def __init__(self, num_classes, matcher=DEFAULT, loss_weights=DEFAULT,
-                 no_object_weight=0.1, use_focal=False, focal_alpha=0.25, focal_gamma=2.0):
+                 no_object_weight=0.1, use_focal=False, focal_alpha=0.25, focal_gamma=2.0,
+                 quality_focal=False):
         super().__init__()
         matcher = resolve_default(matcher, dict(type='HungarianMatcher'))
         loss_weights = resolve_default(loss_weights,
                                        dict(loss_cls=1.0, loss_bbox=5.0, loss_iou=2.0))
         self.num_classes = num_classes
         self.use_focal = use_focal
+        if quality_focal and not use_focal:
+            raise ValueError('SetCriterion: quality_focal=True needs use_focal=True (sigmoid '
+                             'logits)')
+        self.quality_focal = quality_focal
         self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
         self.matcher = TASK_UTILS.build(matcher)
         self.loss_weights = dict(loss_weights)
@@ -118,16 +130,25 @@ class SetCriterion(nn.Module):
         boxes = at_least_fp32(outputs['pred_boxes'])
         batch_idx, src_idx = matched_queries(indices)
         target_classes = matched_classes(logits, indices, targets, self.num_classes)
-        if self.use_focal:
-            onehot = F.one_hot(target_classes, self.num_classes + 1)[..., :-1].to(logits.dtype)
-            loss_cls = sigmoid_focal_loss(logits, onehot, self.focal_alpha,
-                                          self.focal_gamma).sum() / num_boxes
-        else:
-            loss_cls = no_object_cross_entropy(logits, target_classes, self.no_object_weight)
-
         src_boxes = boxes[batch_idx, src_idx]
         tgt_boxes = torch.cat(
             [t['boxes'][j] for t, (_, j) in zip(targets, indices, strict=True)]).to(src_boxes)
+        if self.use_focal:
+            onehot = F.one_hot(target_classes, self.num_classes + 1)[..., :-1].to(logits.dtype)
+            if self.quality_focal:
+                quality = logits.new_zeros(logits.shape[:2])
+                quality[batch_idx, src_idx] = aligned_box_iou(
+                    box_cxcywh_to_xyxy(src_boxes.detach()), box_cxcywh_to_xyxy(tgt_boxes),
+                    eps=1e-6)
+                loss_cls = quality_focal_loss(logits, onehot * quality[..., None],
+                                              self.focal_gamma)
+            else:
+                loss_cls = sigmoid_focal_loss(logits, onehot, self.focal_alpha,
+                                              self.focal_gamma)
+            loss_cls = loss_cls.sum() / num_boxes
+        else:
+            loss_cls = no_object_cross_entropy(logits, target_classes, self.no_object_weight)
+
         loss_bbox = F.l1_loss(src_boxes, tgt_boxes, reduction='sum') / num_boxes
         giou = torch.diag(generalized_box_iou(box_cxcywh_to_xyxy(src_boxes),
                                               box_cxcywh_to_xyxy(tgt_boxes)))

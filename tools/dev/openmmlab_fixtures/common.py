@@ -64,7 +64,8 @@ def build(scope, cfg):
         from mmdet.registry import MODELS
     with DefaultScope.overwrite_default_scope(scope):
         model = MODELS.build(cfg)
-    return model.eval()
+    model.eval()  # not returned: some modules (mmdet's ResNet) return None from train()
+    return model
 
 
 def save_like_mmengine(model, name, cfg, scope, dataset_meta=None):

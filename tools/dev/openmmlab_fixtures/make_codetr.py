@@ -61,11 +61,13 @@ def head_cfg():
                       nms=dict(type='nms', iou_threshold=0.6), max_per_img=100))
 
 
-def import_co_atss(folder):
-    path = Path(folder) / 'codetr' / 'co_atss_head.py'
+def import_codetr(folder, name='co_atss_head'):
+    """Import ``{folder}/codetr/{name}.py`` (its classes register into mmdet's registry);
+    None when the file is not there."""
+    path = Path(folder) / 'codetr' / f'{name}.py'
     if not path.is_file():
         return None
-    spec = importlib.util.spec_from_file_location('codetr_co_atss_head', path)
+    spec = importlib.util.spec_from_file_location(f'codetr_{name}', path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -109,7 +111,7 @@ def train_step(head, feats):
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else os.environ.get('CODETR_REF', '/tmp/codetr_ref')
     import_openmmlab()
-    if import_co_atss(folder) is None:
+    if import_codetr(folder) is None:
         print(f'make_codetr.py: skipped, no {folder}/codetr/co_atss_head.py (MMDetection '
               f"v3.3.0's projects/CO-DETR/codetr; see this script's docstring)")
         return

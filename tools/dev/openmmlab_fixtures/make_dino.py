@@ -18,6 +18,7 @@ mmdet's ``coordinate_to_encoding`` (the decoder's query positions) has 128 featu
 coordinate fixed (= embed_dims / 2 at 256); the tiny model calls it with embed_dims / 2, the
 same function otherwise.
 """
+import contextlib
 import functools
 
 import torch
@@ -64,14 +65,14 @@ def with_gt(samples):
     return samples
 
 
-def train_step(model, images, samples):
-    """mmdet's losses on the padded batch with ground truth, recording the DN draws."""
-    from mmdet.models.dense_heads import DINOHead
+@contextlib.contextmanager
+def dn_recorder(generator, record):
+    """While open, ``record`` gets what mmdet's denoising generator ``generator`` drew and
+    made: ``dn_label_query``, ``dn_bbox_query``, ``dn_attn_mask``, ``dn_groups``,
+    ``dn_boxes`` (noised, before ``inverse_sigmoid``) and ``dn_labels``."""
     from mmdet.models.layers.transformer import dino_layers
-    record = {}
-    gen = type(model.dn_query_generator)
-    call, bbox_query, loss_by_feat = gen.__call__, gen.generate_dn_bbox_query, \
-        DINOHead.loss_by_feat
+    gen = type(generator)
+    call, bbox_query = gen.__call__, gen.generate_dn_bbox_query
 
     def recorded_call(self, batch_data_samples):
         out = call(self, batch_data_samples)
@@ -91,28 +92,40 @@ def train_step(model, images, samples):
         finally:
             dino_layers.inverse_sigmoid = inverse
 
+    hook = generator.label_embedding.register_forward_hook(
+        lambda m, inp, out: record.__setitem__('dn_labels', inp[0].clone()))
+    gen.__call__, gen.generate_dn_bbox_query = recorded_call, recorded_bbox_query
+    try:
+        yield record
+    finally:
+        gen.__call__, gen.generate_dn_bbox_query = call, bbox_query
+        hook.remove()
+
+
+def train_step(model, images, samples):
+    """mmdet's losses on the padded batch with ground truth, recording the DN draws."""
+    from mmdet.models.dense_heads import DINOHead
+    record = {}
+    loss_by_feat = DINOHead.loss_by_feat
+
     def recorded_loss(self, cls, boxes, enc_cls, enc_boxes, *args, **kwargs):
         record.update(train_logits=cls, train_boxes=boxes, enc_logits=enc_cls,
                       enc_boxes=enc_boxes)
         return loss_by_feat(self, cls, boxes, enc_cls, enc_boxes, *args, **kwargs)
 
-    hook = model.dn_query_generator.label_embedding.register_forward_hook(
-        lambda m, inp, out: record.__setitem__('dn_labels', inp[0].clone()))
-    gen.__call__, gen.generate_dn_bbox_query = recorded_call, recorded_bbox_query
     DINOHead.loss_by_feat = recorded_loss
     try:
-        model.train()
-        data = model.data_preprocessor(dict(inputs=images, data_samples=samples), True)
-        torch.manual_seed(1234)
-        losses = model.loss(data['inputs'], data['data_samples'])
-        model.zero_grad()
-        sum(losses.values()).backward()
-        record['grads'] = {k: p.grad.clone() for k, p in model.named_parameters()
-                           if p.grad is not None}
+        with dn_recorder(model.dn_query_generator, record):
+            model.train()
+            data = model.data_preprocessor(dict(inputs=images, data_samples=samples), True)
+            torch.manual_seed(1234)
+            losses = model.loss(data['inputs'], data['data_samples'])
+            model.zero_grad()
+            sum(losses.values()).backward()
+            record['grads'] = {k: p.grad.clone() for k, p in model.named_parameters()
+                               if p.grad is not None}
     finally:
-        gen.__call__, gen.generate_dn_bbox_query = call, bbox_query
         DINOHead.loss_by_feat = loss_by_feat
-        hook.remove()
         model.eval()
     return dict(losses={k: v.detach() for k, v in losses.items()}, **record)
 

@@ -1,0 +1,19 @@
+# Quickstart-size Co-DINO on the shapes: the DINO shapes quickstart
+# (configs/dino/dino_vit_shapes.py: the small ViT, its simple feature pyramid, 3 levels of
+# strides 8, 16, 32, 30 queries, 20 DN queries, the data and schedule) with Co-DETR's
+# collaborative ATSS head on the encoder's 3 levels plus the extra stride-64 level, its
+# positives fed back to the decoder as customized positive queries, and the quality focal
+# loss (densevit/models/heads/co_dino_head.py). The ATSS losses weigh Co-DINO's 1 / 2 / 1
+# times decoder layers (3 here, 6 in Co-DINO) times lambda 2. Inference is DINO's. Not
+# trained to the end yet: no AP measured.
+#   python tools/train.py configs/co_detr/co_dino_vit_shapes.py
+_base_ = ['../dino/dino_vit_shapes.py']
+
+num_decoder_layers, loss_lambda = 3, 2.0
+model = dict(bbox_head=dict(
+    type='CoDINOHead',
+    aux_heads=[dict(type='CoATSSHead', feat_channels=128, strides=(8, 16, 32, 64),
+                    loss_weights=dict(loss_cls=1.0 * num_decoder_layers * loss_lambda,
+                                      loss_bbox=2.0 * num_decoder_layers * loss_lambda,
+                                      loss_centerness=1.0 * num_decoder_layers * loss_lambda))],
+    max_pos_queries=300))
