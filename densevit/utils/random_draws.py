@@ -10,7 +10,7 @@ draws it made once and gave to the reference implementation as well, each by its
 Names used: ``'query_unmask'`` (EoMT, [B, Q] per masked block), ``'match_points'``
 ([P, 2] per image and prediction set), ``'oversampled_points'`` ([M, kP, 2] per prediction
 set) and ``'random_points'`` ([M, P - int(rP), 2]); see :mod:`densevit.models.losses.point_loss`;
-``'aux_positives'`` / ``'aux_negatives'`` (Co-DINO's positive queries, one per image:
+``'aux_positives'`` / ``'aux_negatives'`` (Co-DETR's positive queries, one per image:
 which positives are kept, which background anchors pad them); see
 :mod:`densevit.models.heads.positive_queries`.
 """

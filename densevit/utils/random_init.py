@@ -6,6 +6,8 @@ swaps two such tensors would still reproduce the reference. :func:`randomize_`
 draws every floating-point parameter and buffer from one seed instead (the
 equivalence tests, ``benchmarks/bench_detr_peers.py``).
 """
+import zlib
+
 import torch
 from torch import nn
 
@@ -58,3 +60,13 @@ def randomize_(model, seed=0, scale=0.2, fan_in=False, embedding_scale=None):
             else:
                 t.copy_(scale * noise)
     return model
+
+
+def random_projections(name, tensor, num=2):
+    """``tensor`` (any shape) -> [num] float64 sums of ``tensor`` times U(-1, 1) draws seeded
+    by ``name`` (its CRC-32): a few numbers that move with any entry, which an equivalence
+    fixture stores in place of a large tensor (a gradient) and a test recomputes."""
+    g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    t = tensor.detach().double().cpu()
+    return torch.stack([(t * (torch.rand(t.shape, generator=g, dtype=torch.float64) * 2 - 1))
+                        .sum() for _ in range(num)])

@@ -54,13 +54,50 @@ def test_mmdet_codino_file_recognised():
         assert key in out, key
 
 
-def test_mmdet_codino_predicts_as_mmdet(model, io):
-    """Eval: every decoder layer's logits and boxes, the detections (DINO's inference)."""
+def check_eval(model, io):
+    """Every decoder layer's logits and boxes and the detections within TOL of the
+    fixture's (labels equal)."""
     ref, ours = io['outputs']['eval'], run(model, io['inputs']['padded'])
     for key in ('logits', 'boxes', 'det_scores', 'det_bboxes'):
         assert max_diff(ours[key], ref[key]) <= TOL, (key, max_diff(ours[key], ref[key]))
     for a, b in zip(ours['det_labels'], ref['det_labels'], strict=True):
         assert torch.equal(a, b)
+
+
+def test_mmdet_codino_predicts_as_mmdet(model, io):
+    """Eval: every decoder layer's logits and boxes, the detections (DINO's inference)."""
+    check_eval(model, io)
+
+
+def mmdet_has(k):
+    """Whether mmdet has densevit's parameter ``k``: its ChannelMapper convs have no bias."""
+    return re.fullmatch(r'bbox_head\.input_proj\.\d+\.0\.bias', k) is None
+
+
+# the extra level is 1 x 1 here and its GroupNorm has one channel per group (32 groups of
+# D = 32): it normalises single values, so its output is its bias and the gradients of the
+# convolution and of the norm's weight are rounding noise (zero in exact arithmetic), on
+# both sides
+NOISE = {'bbox_head.aux_downsample.0.weight', 'bbox_head.aux_downsample.0.bias',
+         'bbox_head.aux_downsample.1.weight'}
+
+
+def check_losses(losses, ref, count):
+    """``count`` losses, the reference's keys, each within 1e-5 (relative above 1)."""
+    assert set(losses) == set(ref) and len(losses) == count
+    for k, v in ref.items():
+        assert abs(float(losses[k]) - float(v)) <= 1e-5 * max(1.0, abs(float(v))), \
+            (k, float(losses[k]), float(v))
+
+
+def check_grads(ours, theirs):
+    """Gradients by densevit name: the extra level's :data:`NOISE` small on both sides, the
+    norm's bias they disturb within 1e-3 of its largest, every other within TOL."""
+    for k in NOISE:
+        assert ours[k].abs().max() < 1e-4 and theirs[k].abs().max() < 1e-4, k
+    for k, g in theirs.items():
+        rel = 1e-3 if k == 'bbox_head.aux_downsample.1.bias' else TOL
+        assert k in NOISE or max_diff(ours[k], g) <= rel * g.abs().max().item() + 1e-6, k
 
 
 class _Permutations:
@@ -87,26 +124,10 @@ def test_mmdet_codino_training_step_matches_mmdet(model, io, monkeypatch):
     monkeypatch.setattr(model.bbox_head, 'draws', draws)
     losses, _, grads = train_losses(model, inputs)
     assert not draws.perms and draws.calls == ['aux_negatives']  # every mmdet draw used
-    assert set(losses) == set(ref['losses']) and len(losses) == 24
-    for k, v in ref['losses'].items():
-        assert abs(float(losses[k]) - float(v)) <= 1e-5 * max(1.0, abs(float(v))), \
-            (k, float(losses[k]), float(v))
-
-    def mmdet_has(k):  # mmdet's ChannelMapper convs have no bias
-        return re.fullmatch(r'bbox_head\.input_proj\.\d+\.0\.bias', k) is None
+    check_losses(losses, ref['losses'], 24)
     theirs = {k: g for k, g in convert_model(ref['grads'], strict=True).items() if mmdet_has(k)}
     ours = {k: g for k, g in grads.items() if mmdet_has(k)}
     assert set(ours) == set(theirs)
-    # the extra level is 1 x 1 here and its GroupNorm has one channel per group (32 groups
-    # of D = 32): it normalises single values, so its output is its bias and the gradients
-    # of the convolution and of the norm's weight are rounding noise (zero in exact
-    # arithmetic), on both sides
-    noise = {'bbox_head.aux_downsample.0.weight', 'bbox_head.aux_downsample.0.bias',
-             'bbox_head.aux_downsample.1.weight'}
-    for k in noise:
-        assert ours[k].abs().max() < 1e-4 and theirs[k].abs().max() < 1e-4, k
-    for k, g in ours.items():
-        rel = 1e-3 if k == 'bbox_head.aux_downsample.1.bias' else 1e-4
-        assert k in noise or max_diff(g, theirs[k]) <= rel * theirs[k].abs().max().item() + 1e-6, k
+    check_grads(ours, theirs)
     assert 'bbox_head.aux_pos_trans.0.weight' in ours and 'bbox_head.aux_heads.0.atss_cls.weight' \
         in ours

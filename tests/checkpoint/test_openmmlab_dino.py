@@ -105,8 +105,8 @@ def train_losses(model, inputs):
         samples.append(sample)
     data = model.data_preprocessor(dict(inputs=list(inputs['images']), data_samples=samples),
                                    True)
-    seen = {}
-    hook = model.bbox_head.dn.register_forward_hook(lambda m, a, out: seen.update(out))
+    seen, dn = {}, model.bbox_head.dn  # the denoising queries, where the head has them
+    hook = dn and dn.register_forward_hook(lambda m, a, out: seen.update(out))
     model.train()
     try:
         losses = model(data['inputs'], data['data_samples'], mode='loss')
@@ -114,7 +114,8 @@ def train_losses(model, inputs):
         sum(losses.values()).backward()
     finally:
         model.eval()
-        hook.remove()
+        if hook:
+            hook.remove()
     grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
     return {k: v.detach() for k, v in losses.items()}, seen, grads

@@ -47,35 +47,72 @@ def _batch():
     return x, samples
 
 
+AUX_KEYS = {'loss_cls0', 'loss_bbox0', 'loss_centerness0', 'loss_cls_aux0', 'loss_bbox_aux0',
+            'loss_iou_aux0', 'd0.loss_cls_aux0', 'd0.loss_bbox_aux0', 'd0.loss_iou_aux0'}
+
+
+def _training_step(model):
+    """One training step's losses on :func:`_batch`: the auxiliary keys there, every loss
+    finite, positives for the ATSS head and the positive queries."""
+    losses = model.train()(*_batch(), mode='loss')
+    assert AUX_KEYS <= set(losses)
+    assert all(torch.isfinite(v) for v in losses.values())
+    assert losses['loss_bbox_aux0'] > 0 and losses['loss_bbox0'] > 0  # positives exist
+    return losses
+
+
+def _backward_positive_queries(model, losses):
+    """Backward of the positive queries' losses: none reaches the ATSS head."""
+    sum(v for k, v in losses.items() if '_aux0' in k).backward(retain_graph=True)
+    assert all(p.grad is None for p in model.bbox_head.aux_heads.parameters())
+
+
+def _backward_atss(model, losses):
+    """Backward of the ATSS losses alone (after zeroing): they reach the ATSS head, the extra
+    level's convolution and the encoder's input projection."""
+    model.zero_grad()
+    (losses['loss_cls0'] + losses['loss_bbox0'] + losses['loss_centerness0']).backward()
+    head = model.bbox_head
+    assert all(p.grad is not None and p.grad.abs().sum() > 0
+               for n, p in head.aux_heads.named_parameters() if 'scales' not in n)
+    assert head.aux_downsample[0].weight.grad.abs().sum() > 0
+    assert head.input_proj[0][0].weight.grad.abs().sum() > 0
+
+
+def _assert_predicts_alike(co, plain, aux_parts):
+    """``co``'s weights loaded into ``plain`` (all its keys; ``co``'s extra ones are the
+    modules ``aux_parts``) give identical predictions and raw outputs."""
+    co.eval(), plain.eval()
+    missing = plain.load_state_dict(co.state_dict(), strict=False)
+    assert not missing.missing_keys
+    assert {k.split('.')[1] for k in missing.unexpected_keys} == set(aux_parts)
+    x, samples = _batch()
+    with torch.no_grad():
+        a = co(x, [s.clone() for s in samples], mode='predict')
+        b = plain(x, [s.clone() for s in samples], mode='predict')
+        ta, tb = co(x, samples, mode='tensor'), plain(x, samples, mode='tensor')
+    for p, q in zip(a, b, strict=True):
+        for k in ('bboxes', 'scores', 'labels'):
+            assert torch.equal(p.pred_instances[k], q.pred_instances[k])
+    assert torch.equal(ta['pred_logits'], tb['pred_logits'])
+    assert torch.equal(ta['pred_boxes'], tb['pred_boxes'])
+
+
 def test_co_dino_trains_a_step():
     """Finite DINO, ATSS and positive-query losses under their keys. The positive queries'
     losses reach their projection and, through the memory, the encoder, not the ATSS head;
     the ATSS losses reach the ATSS head, the extra level's convolution and the encoder, not
     the projection."""
     torch.manual_seed(0)
-    model = _model().train()
-    x, samples = _batch()
-    losses = model(x, samples, mode='loss')
-    aux = {'loss_cls0', 'loss_bbox0', 'loss_centerness0', 'loss_cls_aux0', 'loss_bbox_aux0',
-           'loss_iou_aux0', 'd0.loss_cls_aux0', 'd0.loss_bbox_aux0', 'd0.loss_iou_aux0'}
-    assert aux <= set(losses)
+    model = _model()
+    losses = _training_step(model)
     assert {'loss_cls', 'd0.loss_cls', 'dn_loss_cls', 'enc_loss_cls'} <= set(losses)
-    assert all(torch.isfinite(v) for v in losses.values())
-    assert losses['loss_bbox_aux0'] > 0 and losses['loss_bbox0'] > 0  # positives exist
     head = model.bbox_head
-    pos_query = sum(v for k, v in losses.items() if '_aux0' in k)
-    pos_query.backward(retain_graph=True)
+    _backward_positive_queries(model, losses)
     assert head.aux_pos_trans[0].weight.grad.abs().sum() > 0
     assert head.aux_pos_trans_norm[0].weight.grad.abs().sum() > 0
     assert head.input_proj[0][0].weight.grad.abs().sum() > 0
-    assert all(p.grad is None for p in head.aux_heads.parameters())  # not from the queries
-    model.zero_grad()
-    atss = losses['loss_cls0'] + losses['loss_bbox0'] + losses['loss_centerness0']
-    atss.backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0
-               for n, p in head.aux_heads.named_parameters() if 'scales' not in n)
-    assert head.aux_downsample[0].weight.grad.abs().sum() > 0
-    assert head.input_proj[0][0].weight.grad.abs().sum() > 0
+    _backward_atss(model, losses)
     assert head.aux_pos_trans[0].weight.grad is None
 
 
@@ -83,22 +120,8 @@ def test_co_dino_predicts_as_dino():
     """The same weights in a DINO head give identical predictions and raw outputs: the
     auxiliary parts take no part in inference."""
     torch.manual_seed(0)
-    co = _model().eval()
-    dino = _model('DINOHead').eval()
-    missing = dino.load_state_dict(co.state_dict(), strict=False)
-    assert not missing.missing_keys
-    assert {k.split('.')[1] for k in missing.unexpected_keys} == {
-        'aux_heads', 'aux_downsample', 'aux_pos_trans', 'aux_pos_trans_norm'}
-    x, samples = _batch()
-    with torch.no_grad():
-        a = co(x, [s.clone() for s in samples], mode='predict')
-        b = dino(x, [s.clone() for s in samples], mode='predict')
-        ta, tb = co(x, samples, mode='tensor'), dino(x, samples, mode='tensor')
-    for p, q in zip(a, b, strict=True):
-        for k in ('bboxes', 'scores', 'labels'):
-            assert torch.equal(p.pred_instances[k], q.pred_instances[k])
-    assert torch.equal(ta['pred_logits'], tb['pred_logits'])
-    assert torch.equal(ta['pred_boxes'], tb['pred_boxes'])
+    _assert_predicts_alike(_model(), _model('DINOHead'), {
+        'aux_heads', 'aux_downsample', 'aux_pos_trans', 'aux_pos_trans_norm'})
 
 
 def test_training_without_objects():
@@ -138,8 +161,8 @@ def test_positive_queries_choice():
     boxes = torch.rand(2, A, 4) * 50
     draws = _Ranked({'aux_positives': [[2, 0, 3, 1]],
                      'aux_negatives': [[6, 0, 5, 1, 4, 2, 3]]})
-    ref, targets, indices = positive_queries(anchors, labels, boxes, [(10, 20), (40, 80)], K,
-                                             draws, max_pos=3, min_queries=2)
+    ref, targets, indices, picked = positive_queries(
+        anchors, labels, boxes, [(10, 20), (40, 80)], K, draws, max_pos=3, min_queries=2)
     assert draws.calls == [('aux_positives', (4,)), ('aux_negatives', (7,))]
     chosen = [[4, 1, 6], [5, 7, 0]]  # image 1: the positive, then negatives 6 and 0 of 0..7\5
 
@@ -151,12 +174,14 @@ def test_positive_queries_choice():
     assert targets[0]['labels'].tolist() == [1, 0, 0] and targets[1]['labels'].tolist() == [1]
     assert torch.allclose(targets[0]['boxes'], cxcywh(boxes[0, chosen[0]], 20, 10))
     assert [i[0].tolist() for i in indices] == [[0, 1, 2], [0]]
+    assert picked.tolist() == chosen
 
 
 def test_positive_queries_at_least_min():
     labels = torch.full((1, 20), 3)
-    ref, targets, _ = positive_queries(torch.rand(1, 20, 4), labels, torch.zeros(1, 20, 4),
-                                       [(8, 8)], 3, lambda n, s, d=None, t=None: torch.rand(s))
+    ref, targets, _, _ = positive_queries(
+        torch.rand(1, 20, 4), labels, torch.zeros(1, 20, 4), [(8, 8)], 3,
+        lambda n, s, d=None, t=None: torch.rand(s))
     assert ref.shape == (1, 9, 4) and len(targets[0]['labels']) == 0
 
 

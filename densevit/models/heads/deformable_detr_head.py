@@ -56,12 +56,18 @@ class DeformableDETRHead(DETRHead):
         norm_groups (int): GroupNorm groups of the input projections (32).
         dn_cfg (dict | None): denoising queries (see :class:`DETRHead`); their reference
             points are the noised box centres.
+        mixed_selection (bool): mixed query selection (DINO's; needs ``as_two_stage``): the
+            chosen proposals give the reference boxes and the positional queries, the
+            content queries are learned (``content_embed`` [Q, D]).
+        look_forward_twice (bool): layer i's box is relative to layer i-1's prediction with
+            its gradient (DINO's; see ``DeformableDetrTransformer.decode``).
     """
 
     def __init__(self, num_classes, in_channels, embed_dims=256, num_queries=300,
                  num_feature_levels=4, transformer=DEFAULT, positional_encoding=DEFAULT,
                  criterion=DEFAULT, aux_loss=True, with_box_refine=False, as_two_stage=False,
-                 num_dets=100, norm_groups=32, dn_cfg=None, init_cfg=None):
+                 num_dets=100, norm_groups=32, dn_cfg=None, mixed_selection=False,
+                 look_forward_twice=False, init_cfg=None):
         BaseModule.__init__(self, init_cfg)  # DETRHead's own layers are not built
         transformer = resolve_default(transformer, dict())
         positional_encoding = resolve_default(positional_encoding, dict())
@@ -71,8 +77,11 @@ class DeformableDETRHead(DETRHead):
         self.num_classes, self.num_queries, self.aux_loss = num_classes, num_queries, aux_loss
         if as_two_stage and not with_box_refine:
             raise ValueError('DeformableDETRHead: as_two_stage=True needs with_box_refine=True')
+        if mixed_selection and not as_two_stage:
+            raise ValueError('DeformableDETRHead: mixed_selection=True needs as_two_stage=True')
         self.num_dets, self.with_box_refine = num_dets, with_box_refine
-        self.as_two_stage = as_two_stage
+        self.as_two_stage, self.mixed_selection = as_two_stage, mixed_selection
+        self.look_forward_twice = look_forward_twice
         self.input_proj = nn.ModuleList()
         for c in in_channels[:num_feature_levels]:
             self.input_proj.append(nn.Sequential(nn.Conv2d(c, embed_dims, 1),
@@ -89,6 +98,8 @@ class DeformableDETRHead(DETRHead):
         self.positional_encoding = SinePositionalEncoding2D(**pe)
         if as_two_stage:
             self.proposals = EncoderProposals(embed_dims, with_queries=self.proposal_queries)
+            if mixed_selection:
+                self.content_embed = nn.Embedding(num_queries, embed_dims)
         else:
             self.query_embed = nn.Embedding(num_queries, 2 * embed_dims)  # (query_pos, tgt)
             self.reference_points = nn.Linear(embed_dims, 2)
@@ -132,9 +143,13 @@ class DeformableDETRHead(DETRHead):
         reference [B, Q, 2] or, two-stage, [B, Q, 4], encoder outputs or None).
 
         Learned: both halves of ``query_embed``, reference = sigmoid(Linear(query_pos)).
-        Two-stage: see :meth:`two_stage_queries`."""
+        Two-stage: see :meth:`two_stage_queries`; with ``mixed_selection`` the content
+        queries are ``content_embed``'s."""
         if self.as_two_stage:
-            return self.two_stage_queries(memory, mask, shapes)
+            tgt, query_pos, reference, enc = self.two_stage_queries(memory, mask, shapes)
+            if self.mixed_selection:
+                tgt = self.content_embed.weight.unsqueeze(0).expand(memory.shape[0], -1, -1)
+            return tgt, query_pos, reference, enc
         query_pos, tgt = self.query_embed.weight.chunk(2, dim=-1)
         query_pos = query_pos.unsqueeze(0).expand(memory.shape[0], -1, -1)
         tgt = tgt.unsqueeze(0).expand(memory.shape[0], -1, -1)
@@ -159,7 +174,7 @@ class DeformableDETRHead(DETRHead):
 
     def decode_kwargs(self):
         """Extra arguments of :meth:`DeformableDetrTransformer.decode` (DINO's options)."""
-        return {}
+        return dict(look_forward_twice=True) if self.look_forward_twice else {}
 
     def two_stage_queries(self, memory, mask, shapes, num=None):
         """Score every encoder pixel's box; the top ``num`` (default ``num_queries``) by the

@@ -70,8 +70,7 @@ class DINOHead(DeformableDETRHead):
                          with_box_refine=True, as_two_stage=True, num_dets=num_dets,
                          norm_groups=norm_groups,
                          dn_cfg=None if dn_cfg is None else {**DINO_DENOISING, **dn_cfg},
-                         init_cfg=init_cfg)
-        self.content_embed = nn.Embedding(num_queries, embed_dims)
+                         mixed_selection=True, look_forward_twice=True, init_cfg=init_cfg)
         self.query_pos_head = MLP(2 * embed_dims, embed_dims, embed_dims, 2)
         self.decoder_norm = nn.LayerNorm(embed_dims)
         nn.init.xavier_uniform_(self.content_embed.weight)
@@ -85,13 +84,6 @@ class DINOHead(DeformableDETRHead):
         def pick(x):
             return x.gather(1, top[..., None].expand(-1, -1, x.shape[-1]))
         return dict(pred_logits=pick(logits), pred_boxes=pick(box_logits).sigmoid())
-
-    def matching_queries(self, memory, mask, shapes):
-        """Mixed query selection -> (learned content [B, K, D], None (the decoder makes
-        the positions), the chosen proposals' boxes [B, K, 4], their encoder outputs)."""
-        _, _, reference, enc = self.two_stage_queries(memory, mask, shapes)
-        tgt = self.content_embed.weight.unsqueeze(0).expand(memory.shape[0], -1, -1)
-        return tgt, None, reference, enc
 
     @staticmethod
     def dn_reference(boxes):

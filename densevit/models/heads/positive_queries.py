@@ -40,12 +40,12 @@ def positive_queries(anchors, labels, boxes, img_sizes, num_classes, draws, max_
         min(max_pos, most positives of an image))), ``targets`` (per image ``labels``
         [P_i], ``boxes`` [P_i, 4] normalised cxcywh of the positives) and ``indices``
         (per image (query index, target index) [P_i] each: the first P_i queries are the
-        positives, in order).
+        positives, in order), ``chosen`` [B, T]: each query's anchor (index into A).
     """
     positive = labels < num_classes
     counts = positive.sum(1).tolist()
     T = max(min_queries, min(max_pos, max(counts, default=0)))
-    reference, targets, indices = [], [], []
+    reference, targets, indices, chosen = [], [], [], []
     for i, (h, w) in enumerate(img_sizes):
         pos = positive[i].nonzero().squeeze(1)
         if len(pos) > T:
@@ -54,8 +54,9 @@ def positive_queries(anchors, labels, boxes, img_sizes, num_classes, draws, max_
         neg = neg[random_order(draws, 'aux_negatives', len(neg), neg.device)[:T - len(pos)]] \
             if len(pos) < T else neg[:0]
         scale = anchors.new_tensor([w, h, w, h])
-        reference.append(box_xyxy_to_cxcywh(anchors[i, torch.cat([pos, neg])] / scale))
+        chosen.append(torch.cat([pos, neg]))
+        reference.append(box_xyxy_to_cxcywh(anchors[i, chosen[-1]] / scale))
         targets.append(dict(labels=labels[i, pos], boxes=box_xyxy_to_cxcywh(boxes[i, pos] / scale)))
         order = torch.arange(len(pos), dtype=torch.int64)
         indices.append((order, order))
-    return torch.stack(reference), targets, indices
+    return torch.stack(reference), targets, indices, torch.stack(chosen)

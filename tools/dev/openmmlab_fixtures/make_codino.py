@@ -22,6 +22,7 @@ MMDetection's ``CoDETR`` runs them without LSJ (each image keeps its own ``img_s
   positives (``*_aux0``; what ``torch.randperm`` gave, per call: ``perms``), and every
   parameter's gradient of the losses' sum.
 """
+import contextlib
 import os
 import sys
 
@@ -40,14 +41,33 @@ D, QUERIES, DN_QUERIES, DETS = 32, 8, 6, 10
 QFL = dict(type='QualityFocalLoss', use_sigmoid=True, beta=2.0, loss_weight=1.0)
 
 
-def query_head_cfg():
-    """Co-DINO's ``CoDINOHead`` as its config builds it, made tiny."""
+def transformer_cfgs():
+    """Co-DETR's transformers in MMDetection 2's layout, made tiny: the encoder (1 layer) and
+    a decoder layer."""
     msda = dict(type='MultiScaleDeformableAttention', embed_dims=D, num_heads=2, num_levels=4,
                 num_points=2, dropout=0.0)
     # mmcv 2's layers take the FFN's width from ffn_cfgs (its default embed_dims is 256)
     ffn = dict(type='FFN', embed_dims=D, feedforward_channels=2 * D, num_fcs=2, ffn_drop=0.0,
                act_cfg=dict(type='ReLU', inplace=True))
     layer = dict(feedforward_channels=2 * D, ffn_dropout=0.0, ffn_cfgs=ffn)
+    encoder = dict(type='DetrTransformerEncoder', num_layers=1, transformerlayers=dict(
+        type='BaseTransformerLayer', attn_cfgs=msda,
+        operation_order=('self_attn', 'norm', 'ffn', 'norm'), **layer))
+    decoder_layer = dict(
+        type='DetrTransformerDecoderLayer',
+        attn_cfgs=[dict(type='MultiheadAttention', embed_dims=D, num_heads=2, dropout=0.0), msda],
+        operation_order=('self_attn', 'norm', 'cross_attn', 'norm', 'ffn', 'norm'), **layer)
+    return encoder, decoder_layer
+
+
+HUNGARIAN = dict(assigner=dict(type='HungarianAssigner', match_costs=[
+    dict(type='FocalLossCost', weight=2.0), dict(type='BBoxL1Cost', weight=5.0, box_format='xywh'),
+    dict(type='IoUCost', iou_mode='giou', weight=2.0)]))
+
+
+def query_head_cfg():
+    """Co-DINO's ``CoDINOHead`` as its config builds it, made tiny."""
+    encoder, decoder_layer = transformer_cfgs()
     return dict(
         type='CoDINOHead', num_query=QUERIES, num_classes=3, in_channels=2048,
         as_two_stage=True,
@@ -55,31 +75,19 @@ def query_head_cfg():
                     group_cfg=dict(dynamic=True, num_groups=None, num_dn_queries=DN_QUERIES)),
         transformer=dict(
             type='CoDinoTransformer', with_coord_feat=False, num_co_heads=1,
-            num_feature_levels=4,
-            encoder=dict(type='DetrTransformerEncoder', num_layers=1, transformerlayers=dict(
-                type='BaseTransformerLayer', attn_cfgs=msda,
-                operation_order=('self_attn', 'norm', 'ffn', 'norm'), **layer)),
+            num_feature_levels=4, encoder=encoder,
             decoder=dict(type='DinoTransformerDecoder', num_layers=2, return_intermediate=True,
-                         transformerlayers=dict(
-                             type='DetrTransformerDecoderLayer',
-                             attn_cfgs=[dict(type='MultiheadAttention', embed_dims=D,
-                                             num_heads=2, dropout=0.0), msda],
-                             operation_order=('self_attn', 'norm', 'cross_attn', 'norm', 'ffn',
-                                              'norm'), **layer))),
+                         transformerlayers=decoder_layer)),
         positional_encoding=dict(type='SinePositionalEncoding', num_feats=D // 2,
                                  temperature=20, normalize=True),
         loss_cls=dict(QFL), loss_bbox=dict(type='L1Loss', loss_weight=5.0),
-        loss_iou=dict(type='GIoULoss', loss_weight=2.0),
-        train_cfg=dict(assigner=dict(type='HungarianAssigner', match_costs=[
-            dict(type='FocalLossCost', weight=2.0),
-            dict(type='BBoxL1Cost', weight=5.0, box_format='xywh'),
-            dict(type='IoUCost', iou_mode='giou', weight=2.0)])),
+        loss_iou=dict(type='GIoULoss', loss_weight=2.0), train_cfg=HUNGARIAN,
         test_cfg=dict(max_per_img=DETS))
 
 
-def build_model():
-    """backbone, neck (``make_dino.py``'s), query_head, bbox_head (a ModuleList) and
-    mmdet's data preprocessor, as ``CoDETR`` holds them."""
+def build_model(head_cfg=query_head_cfg):
+    """backbone, neck (``make_dino.py``'s), query_head (``head_cfg()``), bbox_head (a
+    ModuleList) and mmdet's data preprocessor, as ``CoDETR`` holds them."""
     dino = model_cfg()
     model = nn.Module()
     model.data_preprocessor = build('mmdet', dino['data_preprocessor'])
@@ -88,11 +96,11 @@ def build_model():
     model.neck = build('mmdet', dino['neck'])
     # a ConfigDict, as from a config file: CoDINOHead reads ``positional_encoding.num_feats``
     # of its config as an attribute
-    model.query_head = build('mmdet', ConfigDict(query_head_cfg()))
+    model.query_head = build('mmdet', ConfigDict(head_cfg()))
     atss = dict(atss_cfg(), in_channels=D, feat_channels=D)
     model.bbox_head = nn.ModuleList([build('mmdet', atss)])
     return model.eval(), dict(backbone=dino['backbone'], neck=dino['neck'],
-                              query_head=query_head_cfg(), bbox_head=[atss])
+                              query_head=head_cfg(), bbox_head=[atss])
 
 
 def evaluate(model, images, samples):
@@ -107,8 +115,9 @@ def evaluate(model, images, samples):
 
 
 def train_step(model, images, samples):
-    """``CoDETR.loss`` without LSJ, one ATSS head: DINO's losses, the ATSS head's
-    (``*0``), its positive queries' (``*_aux0``)."""
+    """``CoDETR.loss`` without LSJ, one ATSS head: the query head's losses (DINO's, its
+    denoising draws recorded), the ATSS head's (``*0``), its positive queries'
+    (``*_aux0``)."""
     record, perms = {}, []
     randperm, cuda = torch.randperm, torch.Tensor.cuda
 
@@ -119,7 +128,8 @@ def train_step(model, images, samples):
     data = model.data_preprocessor(dict(inputs=images, data_samples=samples), True)
     samples = data['data_samples']
     torch.manual_seed(1234)
-    with dn_recorder(model.query_head.dn_generator, record):
+    dn = model.query_head.dn_generator
+    with dn_recorder(dn, record) if dn is not None else contextlib.nullcontext():
         x = model.neck(model.backbone(data['inputs']))
         losses, enc_maps = model.query_head.loss(x, samples)
     atss = model.bbox_head[0].loss(enc_maps, samples)
@@ -139,6 +149,28 @@ def train_step(model, images, samples):
                 **record)
 
 
+def random_model(head_cfg, seed):
+    """:func:`build_model` with every tensor drawn from ``seed`` but the data
+    preprocessor's mean / std -> (model, its configs)."""
+    model, cfg = build_model(head_cfg)
+    norm = [t.clone() for t in model.data_preprocessor.buffers()]
+    randomize_(model, seed=seed)
+    for t, kept in zip(model.data_preprocessor.buffers(), norm, strict=True):
+        t.copy_(kept)
+    return model, cfg
+
+
+def record(model, seed, step=train_step):
+    """The fixture's inputs (a padded batch of two sizes, its ground truth) and the model's
+    outputs: ``evaluate``'s and ``step``'s."""
+    images, samples = batch(SIZES, seed=10 + seed)
+    inputs = dict(images=images, sizes=torch.tensor(SIZES), scale=SCALE,
+                  gt_bboxes=[b for b, _ in GT], gt_labels=[c for _, c in GT])
+    outputs = dict(eval=evaluate(model, images, samples),
+                   train=step(model, images, with_gt(batch(SIZES, seed=10 + seed)[1])))
+    return inputs, outputs
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else os.environ.get('CODETR_REF', '/tmp/codetr_ref')
     import_openmmlab()
@@ -148,17 +180,9 @@ def main():
               f"(MMDetection v3.3.0's projects/CO-DETR/codetr; see this script's docstring)")
         return
     name, seed = 'mmdet_codino', 0
-    model, cfg = build_model()
-    norm = [t.clone() for t in model.data_preprocessor.buffers()]
-    randomize_(model, seed=seed)
-    for t, kept in zip(model.data_preprocessor.buffers(), norm, strict=True):
-        t.copy_(kept)
+    model, cfg = random_model(query_head_cfg, seed)
     save_like_mmengine(model, name, cfg, 'mmdet', dict(classes=('a', 'b', 'c')))
-    images, samples = batch(SIZES, seed=10 + seed)
-    inputs = dict(images=images, sizes=torch.tensor(SIZES), scale=SCALE,
-                  gt_bboxes=[b for b, _ in GT], gt_labels=[c for _, c in GT])
-    outputs = dict(eval=evaluate(model, images, samples),
-                   train=train_step(model, images, with_gt(batch(SIZES, seed=10 + seed)[1])))
+    inputs, outputs = record(model, seed)
     save_io(name, dict(padded=inputs), outputs,
             f'mmdet Co-DINO (projects/CO-DETR CoDINOHead + CoATSSHead), ResNet-50 (base '
             f'width 2), D={D}, {QUERIES} queries, {DN_QUERIES} DN queries; eval outputs and '
