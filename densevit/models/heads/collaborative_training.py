@@ -94,10 +94,7 @@ class CollaborativeTraining:
         """The head's own losses plus each auxiliary head's (``*{i}``) and its positive
         queries' (``*_aux{i}``, ``d{j}.*_aux{i}``)."""
         encoded = self.encode(feats, pixel_mask)
-        out = self.decode_queries(encoded, data_samples)
-        targets = self.get_targets(data_samples)
-        losses = self.layer_losses(
-            out, targets, num_boxes_across_ranks(targets, out['pred_logits'].device))
+        losses = self.output_losses(self.decode_queries(encoded, data_samples), data_samples)
         losses.update(self.aux_losses(encoded, data_samples))
         return losses
 

@@ -192,7 +192,10 @@ class DETRHead(BaseModule):
 
     def loss(self, feat, mask, data_samples):
         """Losses of the last decoder layer (``loss_cls`` ...) and of the others (``d{i}.loss_cls``)."""
-        out = self(feat, mask, data_samples)
+        return self.output_losses(self(feat, mask, data_samples), data_samples)
+
+    def output_losses(self, out, data_samples):
+        """:meth:`loss` of the head's outputs ``out`` (its ``forward``'s dict)."""
         targets = self.get_targets(data_samples)
         num_boxes = num_boxes_across_ranks(targets, out['pred_logits'].device)
         return self.layer_losses(out, targets, num_boxes)
