@@ -1,7 +1,8 @@
 # Ablation of the DETR-on-ViT quickstart (configs/quickstart/detr_vit_shapes.py): mixed query
-# selection (content queries from the proposals) off, everything else as the quickstart (one seed
-# each; docs/detr_family.md).
-#   python tools/run_seeds.py configs/studies/plain_detr_ablation/detr_vit_shapes_no-mixed_selection.py --name plain_detr_ablation_no-mixed_selection --seeds 0 --threads 1
+# selection off (content queries made from the proposals, as two-stage Deformable DETR's, instead
+# of learned), everything else as the quickstart; one seed, the quickstart's schedule stopped at
+# 800 iterations (docs/detr_family.md, "The ablation").
+#   python tools/run_seeds.py configs/studies/plain_detr_ablation/detr_vit_shapes_no-mixed_selection.py --name no-mixed_selection --results docs/results/plain_detr_ablation --work-root work_dirs/seeds/plain_detr_ablation --seeds 0 --threads 1 --cfg-options train_cfg.max_iters=800
 _base_ = ['../../quickstart/detr_vit_shapes.py']
 
 model = dict(bbox_head=dict(mixed_selection=False))
