@@ -6,7 +6,7 @@
 # its positives fed back to the decoder as customized positive queries
 # (densevit/models/heads/co_deformable_detr_head.py). The ATSS losses weigh Co-DETR's
 # 1 / 2 / 1 times decoder layers (3 here, 6 in Co-DETR) times lambda 2. Inference is the
-# two-stage Deformable DETR's. Not trained to the end yet: no AP measured.
+# two-stage Deformable DETR's. Not trained on the shapes yet: no AP measured.
 #   python tools/train.py configs/co_detr/co_deformable_detr_vit_shapes.py
 _base_ = ['../quickstart/deformable_detr_vit_shapes.py']
 

@@ -4,8 +4,8 @@
 # collaborative ATSS head on the encoder's 3 levels plus the extra stride-64 level, its
 # positives fed back to the decoder as customized positive queries, and the quality focal
 # loss (densevit/models/heads/co_dino_head.py). The ATSS losses weigh Co-DINO's 1 / 2 / 1
-# times decoder layers (3 here, 6 in Co-DINO) times lambda 2. Inference is DINO's. Not
-# trained to the end yet: no AP measured.
+# times decoder layers (3 here, 6 in Co-DINO) times lambda 2. Inference is DINO's. Measured
+# at 800 iterations, one thread, seed 0 only so far: bbox AP 0.421 (docs/detr_family.md).
 #   python tools/train.py configs/co_detr/co_dino_vit_shapes.py
 _base_ = ['../dino/dino_vit_shapes.py']
 
