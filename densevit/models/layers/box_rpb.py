@@ -116,6 +116,40 @@ class BoxRelativePositionBias(nn.Module):
         """boxes [B, Q, 4] cxcywh in [0, 1] of the (padded) map, size (H, W) ->
         bias [B, heads, Q, H·W] (row-major pixels, as ``flatten(2)`` of the map)."""
         dx, dy = box_pixel_offsets(boxes, size, self.stride, self.mode)
-        bx, by = self.mlp_x(dx), self.mlp_y(dy)  # [B, Q, W, heads], [B, Q, H, heads]
-        bias = by[:, :, :, None, :] + bx[:, :, None, :, :]  # [B, Q, H, W, heads]
-        return bias.flatten(2, 3).permute(0, 3, 1, 2)
+        bx = offset_mlp(self.mlp_x, dx).permute(0, 3, 1, 2)  # [B, heads, Q, W]
+        by = offset_mlp(self.mlp_y, dy).permute(0, 3, 1, 2)  # [B, heads, Q, H]
+        bias = by[..., :, None] + bx[..., None, :]  # [B, heads, Q, H, W]
+        return bias.flatten(3)
+
+
+def offset_mlp(mlp, offsets):
+    """``mlp`` (Linear, ReLU, Linear without bias) of offsets [..., 2] -> [..., heads]:
+    ``mlp(offsets)`` to the last bit. In training (gradients on, no autocast) through
+    :class:`_OffsetMLP`, whose backward is written by hand; else ``mlp`` itself."""
+    first, last = mlp[0], mlp[2]
+    if not (torch.is_grad_enabled() and first.weight.requires_grad) or \
+            torch.is_autocast_enabled(offsets.device.type):
+        return mlp(offsets)
+    out = _OffsetMLP.apply(offsets.reshape(-1, 2), first.weight, first.bias, last.weight)
+    return out.view(*offsets.shape[:-1], -1)
+
+
+class _OffsetMLP(torch.autograd.Function):
+    """``relu(x W1ᵀ + b1) W2ᵀ`` for x [N, 2] (N = B·Q·W cells, hidden [N, C]), the same
+    kernels as autograd runs through ``nn.Linear`` and ``nn.ReLU`` -- so the same numbers --
+    without autograd's extra copies and buffers of the [N, C] hidden layer: the hidden layer
+    is kept once, its gradient made in one buffer. The step time it saves in the DETR-on-ViT
+    quickstart: ``benchmarks/bench_box_rpb.py``."""
+
+    @staticmethod
+    def forward(ctx, x, w1, b1, w2):
+        hidden = torch.addmm(b1, x, w1.t()).relu_()  # [N, C]
+        ctx.save_for_backward(x, w1, hidden, w2)
+        return hidden @ w2.t()  # [N, heads]
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w1, hidden, w2 = ctx.saved_tensors
+        grad_hidden = torch.ops.aten.threshold_backward(grad @ w2, hidden, 0)  # [N, C]
+        grad_x = grad_hidden @ w1 if ctx.needs_input_grad[0] else None
+        return grad_x, grad_hidden.t() @ x, grad_hidden.sum(0), grad.t() @ hidden
