@@ -1,6 +1,7 @@
 """tools/analysis/study_pos_embed.py: the mosaic layout by hand, and a figure of a study whose
 runs are faked (a checkpoint of the built model and a metrics file for two rows; a third row
-has a checkpoint but no metrics file: not finished)."""
+has a checkpoint but no metrics file: not finished), drawn again from the panel files kept beside
+the metrics files once the checkpoints are gone."""
 import json
 import subprocess
 import sys
@@ -60,6 +61,24 @@ def test_figure_of_finished_rows(tmp_path):
     assert 'relative-every_layer (not finished)' in panels['skipped']
     assert 'none (no position embedding)' in panels['skipped']
     assert 'learned_1d-stem (not finished)' in panels['skipped']
+    # the checkpoints gone (a later session): the kept panel files draw the same panels
+    kept = tmp_path / 'results' / 'vit_pe_seg' / 'vit_seg_shapes_pe-learned_2d-stem' / 'seed0_pos_embed.npz'
+    assert kept.is_file()
+    for ckpt in (tmp_path / 'work').rglob('iter_7.pth'):
+        ckpt.unlink()
+    again = tmp_path / 'again.json'
+    run = subprocess.run([sys.executable, 'tools/analysis/study_pos_embed.py', str(study),
+                          '--work-root', str(tmp_path / 'work'), '--results',
+                          str(tmp_path / 'results'), '--out', str(tmp_path / 'again.png'),
+                          '--json', str(again), '--with-grids'],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    redrawn = json.loads(again.read_text())
+    assert [p['row'] for p in redrawn['results']] == ['learned_2d-stem', 'rope-every_layer']
+    assert redrawn['skipped'] == panels['skipped']
+    for new, old in zip(redrawn['results'], panels['results'], strict=True):
+        assert new['kind'] == old['kind'] and new['checkpoint'] == old['checkpoint']
+        np.testing.assert_allclose(new['grid'], old['grid'], atol=2e-3)  # float16, 4 decimals
     grid = np.array(panels['results'][0]['grid'])
     assert grid.shape == (12, 12, 12, 12)
     # cosine similarity: 1 of a patch with itself, symmetric

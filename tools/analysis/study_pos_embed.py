@@ -12,6 +12,12 @@ embedding is to every other patch's. Learned and sin-cos tables: cosine similari
 bias: the head-mean bias patch (i, j) adds towards each patch; RoPE: the mean cosine of the
 rotation-angle differences. Rows without a position embedding, and runs not finished, are listed
 in the figure's caption. Each panel has its own colour scale (printed in its title).
+
+Each panel drawn from a checkpoint is also kept beside the run's metrics file
+(``<results>/<study>/<config>/seed<S>_pos_embed.npz``: the grid in float16, its kind and
+table), and a finished run whose checkpoint is gone (work folders do not outlive a session;
+the metrics files are committed) is drawn from that file: a grid run over several sessions
+gets one figure.
 """
 import argparse
 import glob
@@ -46,8 +52,25 @@ def mosaic(grid):
     return out
 
 
+def panel_file(results, study, name, seed):
+    """Where a run's panel is kept: beside its metrics file."""
+    return osp.join(results, study, name, f'seed{seed}_pos_embed.npz')
+
+
+def save_panel(path, panel):
+    np.savez_compressed(path, grid=panel['grid'].astype(np.float16), kind=panel['kind'],
+                        table=panel['table'], checkpoint=panel['checkpoint'])
+
+
+def load_panel(path):
+    with np.load(path) as f:
+        return dict(table=str(f['table']), kind=str(f['kind']),
+                    grid=f['grid'].astype(np.float32), checkpoint=str(f['checkpoint']))
+
+
 def study_tables(study_dir, work_root, seed, results='docs/results'):
-    """(panels, skipped): panels ``(row, kind, grid [h, w, h, w])`` in the study's order."""
+    """(panels, skipped): panels ``(row, kind, grid [h, w, h, w])`` in the study's order,
+    from each finished run's last checkpoint, else from its kept panel file."""
     from densevit.analysis.inputs import load_vit_model
     from densevit.analysis.pos_embed_similarity import position_similarity
 
@@ -56,18 +79,28 @@ def study_tables(study_dir, work_root, seed, results='docs/results'):
     for config in sorted(glob.glob(osp.join(study_dir, '*.py'))):
         name = osp.splitext(osp.basename(config))[0]
         row = row_name(config)
-        ckpt = last_checkpoint(osp.join(work_root, study, name, f'seed{seed}'))
-        if ckpt is None or not osp.exists(osp.join(results, study, name, f'seed{seed}.json')):
-            skipped.append(f'{row} (not finished)')
-            continue
-        _, vit = load_vit_model(config, ckpt)
-        tables = position_similarity(vit) if vit.pos_embed_type != 'none' else []
-        if not tables:
+        if position(config)[0] == 'none':
             skipped.append(f'{row} (no position embedding)')
             continue
-        first = tables[0]
-        panels.append(dict(row=row, position=position(config), table=first['name'],
-                           kind=first['kind'], grid=first['grid'].numpy(), checkpoint=ckpt))
+        kept = panel_file(results, study, name, seed)
+        ckpt = last_checkpoint(osp.join(work_root, study, name, f'seed{seed}'))
+        finished = osp.exists(osp.join(results, study, name, f'seed{seed}.json'))
+        if not finished or (ckpt is None and not osp.exists(kept)):
+            skipped.append(f'{row} (not finished)')
+            continue
+        if ckpt is None:
+            panel = load_panel(kept)
+        else:
+            _, vit = load_vit_model(config, ckpt)
+            tables = position_similarity(vit)
+            if not tables:
+                skipped.append(f'{row} (no position embedding)')
+                continue
+            first = tables[0]
+            panel = dict(table=first['name'], kind=first['kind'], grid=first['grid'].numpy(),
+                         checkpoint=ckpt)
+            save_panel(kept, panel)
+        panels.append(dict(row=row, position=position(config), **panel))
     return panels, skipped
 
 
