@@ -4,7 +4,7 @@
         [--three-seed-rows none learned_1d-stem ...] [--three-seeds 0 1 2]
         [--threads 1] [--parallel 2] [--max-iters N] [--metrics coco/bbox_mAP_50]
         [--name NAME] [--results docs/results] [--work-root work_dirs/studies]
-        [--cfg-options k=v ...] [--table-only]
+        [--start-within MINUTES] [--cfg-options k=v ...] [--table-only]
 
 The grid is every ``*.py`` of a study folder (the study's name: the folder's) or the
 configs given (then ``--name``). A config's row name is its file name after ``_pe-``
@@ -19,7 +19,10 @@ that records another config is refused before anything trains, naming both (exit
 
 ``--max-iters N`` sets ``train_cfg.max_iters`` and moves the schedulers with it (an
 ``end`` at the config's last iteration becomes N, milestones are scaled); every metrics
-file records its ``max_iters``. At the end, and alone with ``--table-only``,
+file records its ``max_iters``. ``--start-within M`` starts no run more than M minutes after
+the command began (the runs left are named; the same command goes on with them later): a grid
+spanning sessions whose work folders do not outlive them loses no half-trained run at a
+session's end. At the end, and alone with ``--table-only``,
 ``RESULTS/NAME/table.json`` holds each config's values per seed with their mean, min and
 max, the budget and the commands that trained them, and a Markdown table is printed per
 metric: rows the position-embedding type, columns its placement (read from each config's
@@ -31,6 +34,7 @@ import importlib.util
 import json
 import os.path as osp
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from mmengine.config import Config
@@ -75,6 +79,8 @@ def parse_args(argv=None):
     p.add_argument('--results', default='docs/results', help='where the metrics files go')
     p.add_argument('--work-root', default='work_dirs/studies', help='where the runs train')
     p.add_argument('--cfg-options', nargs='+', default=[], help='passed to tools/train.py')
+    p.add_argument('--start-within', type=float, metavar='MINUTES',
+                   help='start no run later than this many minutes after the command began')
     p.add_argument('--table-only', action='store_true', help='train nothing: table the runs')
     args = p.parse_args(argv)
     folders = [g for g in args.grid if osp.isdir(g)]
@@ -89,6 +95,8 @@ def parse_args(argv=None):
                 '--name is needed with a list of configs')
     if args.parallel < 1:
         p.error(f'--parallel must be at least 1, got {args.parallel}')
+    if args.start_within is not None and args.start_within < 0:
+        p.error(f'--start-within must be at least 0 minutes, got {args.start_within}')
     if args.max_iters is not None and any(o.startswith('train_cfg.max_iters=')
                                           for o in args.cfg_options):
         p.error('give the budget once: --max-iters or --cfg-options train_cfg.max_iters=N')
@@ -127,9 +135,14 @@ def budget_options(config, max_iters):
     return options
 
 
+NOT_STARTED = 'not started'
+
+
 def train_grid(args, plan, options):
-    """Train every (config, seed) of ``plan`` not done, ``args.parallel`` at a time; returns
-    the number of runs that failed. Raises ``ConfigMismatch`` before training anything."""
+    """Train every (config, seed) of ``plan`` not done, ``args.parallel`` at a time, none
+    started after ``args.start_within`` minutes; returns (runs failed, runs not started).
+    Raises ``ConfigMismatch`` before training anything."""
+    began = time.monotonic()
     jobs = []
     for config, seeds in plan.items():
         stem = osp.splitext(osp.basename(config))[0]
@@ -141,14 +154,21 @@ def train_grid(args, plan, options):
 
     def one(job):
         config, seed, out, work = job
+        label = f'{row_name(config)} seed {seed}'
+        late = args.start_within is not None and \
+            time.monotonic() - began > args.start_within * 60
+        if late and not osp.isfile(out):
+            print(f'{label}: not started (past --start-within {args.start_within:g} minutes)',
+                  flush=True)
+            return NOT_STARTED
         log = osp.join(work, 'train_output.log') if args.parallel > 1 else None
         return run_seeds.train_run(config, seed, out, work, threads=args.threads,
-                                   cfg_options=options[config],
-                                   label=f'{row_name(config)} seed {seed}', log=log)
+                                   cfg_options=options[config], label=label, log=log)
 
     pool = ThreadPoolExecutor(max_workers=args.parallel)
     try:
-        return sum(out is None for out in pool.map(one, jobs))
+        outs = list(pool.map(one, jobs))
+        return sum(out is None for out in outs), sum(out == NOT_STARTED for out in outs)
     finally:  # on Ctrl-C: no queued run starts; the running ones save and stop
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -234,7 +254,7 @@ def write_table(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    failed = 0
+    failed = left = 0
     if not args.table_only:
         try:
             plan = seeds_per_config(args.configs, args.seeds, args.three_seed_rows,
@@ -242,7 +262,7 @@ def main(argv=None):
             extra = {c: budget_options(c, args.max_iters) if args.max_iters else []
                      for c in plan}
             options = {c: [*args.cfg_options, *extra[c]] for c in plan}
-            failed = train_grid(args, plan, options)
+            failed, left = train_grid(args, plan, options)
         except (ValueError, run_seeds.ConfigMismatch) as e:
             print(f'run_study.py: refused: {e}', file=sys.stderr)
             return 2
@@ -251,6 +271,9 @@ def main(argv=None):
                   file=sys.stderr)
             return 130
     write_table(args)
+    if left:
+        print(f'{left} run(s) not started (--start-within): run the same command again to '
+              'train them', file=sys.stderr)
     if failed:
         print(f'{failed} run(s) failed: run the same command again to resume them',
               file=sys.stderr)

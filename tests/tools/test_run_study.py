@@ -82,6 +82,23 @@ def test_a_second_invocation_skips_finished_runs(grid):
     assert (root / 'results/tiny_study/tiny_pe-none/seed0.json').read_text() == before
 
 
+def test_start_within_starts_no_run_late_and_keeps_finished_ones(grid, tmp_path):
+    # finished runs are still 'done' (and tabled) past the limit
+    again = _run(grid['root'], '--start-within', '0')
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert 'none seed 0: done' in again.stdout and 'not started' not in again.stdout
+    # a fresh grid past its limit (0 minutes): nothing trains, the runs left are named
+    _grid(tmp_path)
+    late = _run(tmp_path, '--start-within', '0')
+    assert late.returncode == 0, late.stderr[-3000:]
+    for row in ('none', 'learned_1d-stem'):
+        assert f'{row} seed 0: not started (past --start-within 0 minutes)' in late.stdout
+        assert not (tmp_path / f'runs/tiny_study/tiny_pe-{row}').exists()
+    assert '2 run(s) not started' in late.stderr and 'training in' not in late.stdout
+    bad = _run(tmp_path, '--start-within', '-1')
+    assert bad.returncode == 2 and '--start-within must be at least 0 minutes, got -1' in bad.stderr
+
+
 def _fabricate(results, name, stem, seed, value, config):
     """A metrics file as run_seeds.train_run writes it (the parts the table reads)."""
     path = results / name / stem / f'seed{seed}.json'
