@@ -15,6 +15,7 @@ per-round time ratios (densevit / autograd).
 """
 import argparse
 import copy
+import importlib.util
 import statistics
 import sys
 import time
@@ -23,14 +24,21 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_train_steps import build  # noqa: E402
+from densevit.models.layers.box_rpb import BoxRelativePositionBias, box_pixel_offsets
+from densevit.utils.provenance import add_json_argument, write_result
 
-from densevit.models.layers.box_rpb import (  # noqa: E402
-    BoxRelativePositionBias,
-    box_pixel_offsets,
-)
-from densevit.utils.provenance import add_json_argument, write_result  # noqa: E402
+
+def _train_steps_benchmark():
+    """benchmarks/bench_train_steps.py as a module (benchmarks/ is not a package): its
+    ``build`` makes both models here."""
+    path = Path(__file__).resolve().parent / 'bench_train_steps.py'
+    spec = importlib.util.spec_from_file_location('densevit_bench_train_steps', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _train_steps_benchmark().build
 
 
 def autograd_forward(self, boxes, size):

@@ -78,8 +78,8 @@ def study_tables(study_dir, work_root, seed, results='docs/results'):
     panels, skipped = [], []
     for config in sorted(glob.glob(osp.join(study_dir, '*.py'))):
         name = osp.splitext(osp.basename(config))[0]
-        row = row_name(config)
-        if position(config)[0] == 'none':
+        row, where = row_name(config), position(config)
+        if where[0] == 'none':
             skipped.append(f'{row} (no position embedding)')
             continue
         kept = panel_file(results, study, name, seed)
@@ -100,7 +100,7 @@ def study_tables(study_dir, work_root, seed, results='docs/results'):
             panel = dict(table=first['name'], kind=first['kind'], grid=first['grid'].numpy(),
                          checkpoint=ckpt)
             save_panel(kept, panel)
-        panels.append(dict(row=row, position=position(config), **panel))
+        panels.append(dict(row=row, position=where, **panel))
     return panels, skipped
 
 
