@@ -4,7 +4,9 @@
 
 Shapes of Deformable DETR on COCO: 4 levels of an 800x1066 image (100x134, 50x67, 25x34,
 13x17), d 256, 8 heads, 4 points; "encoder" = every pixel a query (S = 17,821),
-"decoder" = 300 queries. Times: both implementations in one process, alternating
+"decoder" = 300 queries. Times, of a forward + backward and of a forward without
+autograd (inference; densevit samples in another layout there, see
+``multi_scale_deformable_attn``): both implementations in one process, alternating
 (the order flips every repeat, so a change of load on the machine falls on both),
 median of ``--repeats`` after one warm-up each. Peak memory: each implementation in a
 process of its own, how far a warm-up and one step pushed the resident set above its
@@ -65,6 +67,14 @@ def _step(fn, inputs):
     return time.perf_counter() - t0
 
 
+def _forward(fn, inputs):
+    """One forward without autograd (inference); seconds."""
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        fn(*inputs)
+        return time.perf_counter() - t0
+
+
 def child(name, case, batch):
     """Peak memory of one implementation in a process of its own (warm-up + one step)."""
     fn, inputs = _impl(name), _inputs(batch, _queries(case))
@@ -74,17 +84,17 @@ def child(name, case, batch):
     print(json.dumps(dict(peak_mib=mem.growth_mb)))
 
 
-def interleaved_times(case, batch, repeats):
-    """Median seconds per implementation, both in this process and alternating
-    (densevit first on even repeats, HF first on odd ones), so a change of load
-    falls on both alike."""
+def interleaved_times(case, batch, repeats, timed=_step):
+    """Median seconds of ``timed`` (``_step`` or ``_forward``) per implementation, both in
+    this process and alternating (densevit first on even repeats, HF first on odd ones), so
+    a change of load falls on both alike."""
     fns, inputs = {name: _impl(name) for name in ('densevit', 'hf')}, _inputs(batch, _queries(case))
     for fn in fns.values():
-        _step(fn, inputs)  # warm-up
+        timed(fn, inputs)  # warm-up
     times = {name: [] for name in fns}
     for i in range(repeats):
         for name in (list(fns) if i % 2 == 0 else list(fns)[::-1]):
-            times[name].append(_step(fns[name], inputs))
+            times[name].append(timed(fns[name], inputs))
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -98,22 +108,26 @@ def main():
     if args.child:
         return child(*args.child, args.batch)
     print(f'torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch}')
-    print(f'{"case":8} {"impl":9} {"fwd+bwd s":>10} {"peak MiB":>9}')
+    print(f'{"case":8} {"impl":9} {"fwd+bwd s":>10} {"peak MiB":>9} {"forward s":>10}')
     results = {}
     for case in ('encoder', 'decoder'):
         times = interleaved_times(case, args.batch, args.repeats)
+        forward = interleaved_times(case, args.batch, args.repeats, timed=_forward)
         peaks = {}
         for name in times:
             out = subprocess.run([sys.executable, __file__, '--batch', str(args.batch),
                                   '--child', name, case], capture_output=True, text=True, check=True)
             peaks[name] = json.loads(out.stdout.strip().splitlines()[-1])['peak_mib']
-            print(f'{case:8} {name:9} {times[name]:10.3f} {peaks[name]:9.1f}')
+            print(f'{case:8} {name:9} {times[name]:10.3f} {peaks[name]:9.1f} '
+                  f'{forward[name]:10.3f}')
         ratios = dict(time=times['hf'] / times['densevit'],
-                      peak_memory=peaks['hf'] / max(peaks['densevit'], 1e-9))
+                      peak_memory=peaks['hf'] / max(peaks['densevit'], 1e-9),
+                      forward_time=forward['hf'] / forward['densevit'])
         results[case] = dict(queries=_queries(case), seconds=times, peak_mib=peaks,
-                             hf_over_densevit=ratios)
+                             forward_seconds=forward, hf_over_densevit=ratios)
         print(f'{case:8} ratio hf/densevit: time {ratios["time"]:.2f}x, '
-              f'peak memory {ratios["peak_memory"]:.2f}x')
+              f'peak memory {ratios["peak_memory"]:.2f}x, forward time '
+              f'{ratios["forward_time"]:.2f}x')
     if args.json:
         write_result(args.json, results, batch=args.batch, repeats=args.repeats)
 
