@@ -25,7 +25,9 @@ class FFN(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+        # ReLU in place on the [.., F] hidden layer: no second F-wide tensor (autograd's
+        # backward of Linear needs its input, not its output)
+        return self.linear2(self.dropout(self.linear1(x).relu_()))
 
 
 class DetrEncoderLayer(nn.Module):
