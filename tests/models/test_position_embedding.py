@@ -98,6 +98,24 @@ def test_placement_changes_the_function():
         torch.testing.assert_close(shared(x)[0], ref)
 
 
+def test_a_fixed_table_is_the_same_model_shared_or_per_layer():
+    """sin-cos 2D (no parameters) before every layer: per layer and shared build the same
+    model, the same parameters from the same seed and the same outputs and gradients -- why
+    the study may read the two cells as one run."""
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    outs, grads = [], []
+    for placement in ('every_layer', 'every_layer_shared'):
+        torch.manual_seed(0)
+        model = _vit(dict(type='sincos_2d', placement=placement)).train()
+        (out,) = model(x)
+        out.square().mean().backward()
+        outs.append(out)
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    assert torch.equal(outs[0], outs[1])
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0])
+
+
 def test_default_is_the_plain_vit():
     """The default model is unchanged: same keys, and outputs equal a written-out ViT."""
     torch.manual_seed(0)
