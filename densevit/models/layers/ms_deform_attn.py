@@ -42,11 +42,11 @@ def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, atten
     Levels are sampled one at a time and accumulated, so the largest temporary is
     one level's samples (never all levels stacked). Two layouts of the samples, the same
     sums in the same order (equal to the last bit): on the CPU without autograd,
-    points-major [B·M, Dh, P, Q], where grid_sample runs along the long query axis and the
-    sum over points adds whole rows (about 2.4x faster than query-major on one level of a
-    512 x 512 Mask2Former); otherwise query-major [B·M, Dh, Q, P], whose backward is the
-    faster one on the CPU (the CUDA kernels are not measured in the other layout yet).
-    ``benchmarks/bench_deform_attn.py`` times the forward with and without autograd.
+    points-major [B·M, Dh, P, Q], where grid_sample vectorises along the long query axis
+    and the points add as whole rows; otherwise query-major [B·M, Dh, Q, P], whose backward
+    is the faster one on the CPU (the CUDA kernels are not measured in the other layout yet).
+    ``benchmarks/bench_deform_attn.py`` times the forward with and without autograd against
+    HF's.
     """
     B, S, M, Dh = value.shape
     _, Q, _, L, P, _ = sampling_locations.shape
