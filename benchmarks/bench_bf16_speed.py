@@ -11,7 +11,6 @@ checkpoint is given (speed does not depend on them). ``--json FILE`` writes the 
 the command, commit, CPU and thread count (``densevit.utils.provenance``).
 """
 import argparse
-import importlib.util
 import statistics
 import sys
 from pathlib import Path
@@ -20,16 +19,14 @@ import torch
 
 from densevit.apis import init_model
 from densevit.utils.provenance import add_json_argument, write_result
+from densevit.utils.script_module import load_script
 
 _TOOL = Path(__file__).resolve().parents[1] / 'tools' / 'analysis' / 'benchmark.py'
 
 
 def _benchmark_tool():
     """tools/analysis/benchmark.py as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location('densevit_tool_benchmark', _TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(_TOOL)
 
 
 def main(argv=None):

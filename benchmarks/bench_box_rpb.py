@@ -15,7 +15,6 @@ per-round time ratios (densevit / autograd).
 """
 import argparse
 import copy
-import importlib.util
 import statistics
 import sys
 import time
@@ -26,19 +25,11 @@ import torch
 
 from densevit.models.layers.box_rpb import BoxRelativePositionBias, box_pixel_offsets
 from densevit.utils.provenance import add_json_argument, write_result
+from densevit.utils.script_module import load_script
 
-
-def _train_steps_benchmark():
-    """benchmarks/bench_train_steps.py as a module (benchmarks/ is not a package): its
-    ``build`` makes both models here."""
-    path = Path(__file__).resolve().parent / 'bench_train_steps.py'
-    spec = importlib.util.spec_from_file_location('densevit_bench_train_steps', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _train_steps_benchmark().build
+# benchmarks/bench_train_steps.py as a module (benchmarks/ is not a package): its ``build``
+# makes both models here
+build = load_script(Path(__file__).resolve().parent / 'bench_train_steps.py').build
 
 
 def autograd_forward(self, boxes, size):

@@ -30,7 +30,6 @@ metric: rows the position-embedding type, columns its placement (read from each 
 """
 import argparse
 import glob
-import importlib.util
 import json
 import os.path as osp
 import sys
@@ -45,18 +44,10 @@ from densevit.models.layers.pos_embed_builder import (
     POSITION_EMBEDDING_TYPES,
 )
 from densevit.utils.provenance import write_result
+from densevit.utils.script_module import load_script
 
-
-def _run_seeds():
-    """tools/run_seeds.py as a module (tools/ is not a package): its runs are this grid's."""
-    path = osp.join(osp.dirname(osp.abspath(__file__)), 'run_seeds.py')
-    spec = importlib.util.spec_from_file_location('densevit_tool_run_seeds', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_seeds = _run_seeds()
+# tools/run_seeds.py as a module (tools/ is not a package): its runs are this grid's
+run_seeds = load_script(osp.join(osp.dirname(osp.abspath(__file__)), 'run_seeds.py'))
 
 # the metric tabled when --metrics is not given: the first of these the runs logged
 DEFAULT_METRICS = ('coco/bbox_mAP_50', 'mIoU')

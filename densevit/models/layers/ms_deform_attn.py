@@ -53,10 +53,11 @@ def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, atten
     shapes = level_shapes(spatial_shapes)
     points_major = value.device.type == 'cpu' and not (torch.is_grad_enabled() and any(
         t.requires_grad for t in (value, sampling_locations, attention_weights)))
-    # level-major copies of the (small) grids and weights, so each level's slice is
-    # contiguous: grid_sample and the weighted sum are markedly slower on strided ones
+    # level-major grids and weights. The weights are made contiguous (reshape alone returns
+    # a strided view when B is 1, and the weighting is markedly slower on it); the grids are
+    # left as reshape gives them: grid_sample's backward adds into the value map in another
+    # order on a contiguous copy, so copying them would change the training numbers
     order, dims = ((3, 0, 2, 4, 1), (P, Q)) if points_major else ((3, 0, 2, 1, 4), (Q, P))
-    # (reshape alone returns a strided view when B is 1)
     grids = (2 * sampling_locations - 1).permute(*order, 5).reshape(L, B * M, *dims, 2)
     weights = attention_weights.permute(*order).reshape(L, B * M, 1, *dims).contiguous()
     out = None
