@@ -1,6 +1,7 @@
 """Multi-scale deformable attention against an independent per-point bilinear reference."""
 import math
 
+import pytest
 import torch
 
 from densevit.models.layers.ms_deform_attn import (
@@ -66,15 +67,24 @@ def test_forward_matches_per_point_reference():
     assert torch.equal(inference, training)  # the same sums in the same order
 
 
-def test_gradients_match_reference():
+@pytest.mark.parametrize('layout', [None, 'points', 'queries'])
+def test_gradients_match_reference(layout):
+    """The default (query-major under autograd) and either layout asked for by name."""
     value, shapes, loc, w = _case(torch.float64, B=1, Q=2)
     leaves = [t.clone().requires_grad_() for t in (value, loc, w)]
     ref_leaves = [t.clone().requires_grad_() for t in (value, loc, w)]
     g = torch.randn(1, 2, 6, dtype=torch.float64)
-    (multi_scale_deformable_attn(leaves[0], shapes, leaves[1], leaves[2]) * g).sum().backward()
+    out = multi_scale_deformable_attn(leaves[0], shapes, leaves[1], leaves[2], layout=layout)
+    (out * g).sum().backward()
     (_reference(ref_leaves[0], shapes.tolist(), ref_leaves[1], ref_leaves[2]) * g).sum().backward()
     for a, b in zip(leaves, ref_leaves, strict=True):
         assert (a.grad - b.grad).abs().max() <= 1e-8
+
+
+def test_an_unknown_layout_is_refused():
+    value, shapes, loc, w = _case()
+    with pytest.raises(ValueError, match="layout must be 'points', 'queries' or None"):
+        multi_scale_deformable_attn(value, shapes, loc, w, layout='point')
 
 
 def test_gradcheck_double():

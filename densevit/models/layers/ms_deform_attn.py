@@ -26,7 +26,8 @@ def level_shapes(spatial_shapes):
     return [tuple(hw) for hw in spatial_shapes]
 
 
-def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, attention_weights):
+def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, attention_weights,
+                                layout=None):
     """The sampling-and-weighting core of deformable attention.
 
     Args:
@@ -35,6 +36,8 @@ def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, atten
         spatial_shapes (Tensor | list): [L, 2] (H_l, W_l) per level (see ``level_shapes``).
         sampling_locations (Tensor): [B, Q, M, L, P, 2] (x, y) in [0, 1] of each level.
         attention_weights (Tensor): [B, Q, M, L, P], already normalised.
+        layout (str | None): ``'points'`` or ``'queries'`` (below); None picks points-major
+            on the CPU without autograd and query-major otherwise.
 
     Returns:
         Tensor: [B, Q, M·Dh].
@@ -44,15 +47,21 @@ def multi_scale_deformable_attn(value, spatial_shapes, sampling_locations, atten
     sums in the same order (equal to the last bit): on the CPU without autograd,
     points-major [B·M, Dh, P, Q], where grid_sample vectorises along the long query axis
     and the points add as whole rows; otherwise query-major [B·M, Dh, Q, P], whose backward
-    is the faster one on the CPU (the CUDA kernels are not measured in the other layout yet).
+    is the faster one on the CPU, and which is faster on CUDA except in the encoder's forward
+    (docs/benchmarks.md, sixth GPU run).
     ``benchmarks/bench_deform_attn.py`` times the forward with and without autograd against
     HF's.
     """
     B, S, M, Dh = value.shape
     _, Q, _, L, P, _ = sampling_locations.shape
     shapes = level_shapes(spatial_shapes)
-    points_major = value.device.type == 'cpu' and not (torch.is_grad_enabled() and any(
-        t.requires_grad for t in (value, sampling_locations, attention_weights)))
+    if layout is None:
+        points_major = value.device.type == 'cpu' and not (torch.is_grad_enabled() and any(
+            t.requires_grad for t in (value, sampling_locations, attention_weights)))
+    elif layout in ('points', 'queries'):
+        points_major = layout == 'points'
+    else:
+        raise ValueError(f"layout must be 'points', 'queries' or None, got {layout!r}")
     # level-major grids and weights. The weights are made contiguous (reshape alone returns
     # a strided view when B is 1, and the weighting is markedly slower on it); the grids are
     # left as reshape gives them: grid_sample's backward adds into the value map in another
