@@ -110,7 +110,7 @@ def draw(panels, skipped, path, title):
     import matplotlib.pyplot as plt
     cols = min(4, max(len(panels), 1))
     rows = -(-len(panels) // cols) or 1
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.4 * rows + 0.6), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.6 * rows + 0.6), squeeze=False)
     for ax in axes.flat:
         ax.axis('off')
     for ax, p in zip(axes.flat, panels, strict=False):
@@ -124,7 +124,7 @@ def draw(panels, skipped, path, title):
     if lines:
         fig.text(0.5, 0.005, '\n'.join(lines), ha='center', va='bottom', fontsize=7)
     bottom = 0.02 + 0.12 * len(lines) / fig.get_size_inches()[1]
-    fig.tight_layout(rect=(0, bottom if lines else 0, 1, 0.97))
+    fig.tight_layout(rect=(0, bottom if lines else 0, 1, 0.97), h_pad=1.5)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
