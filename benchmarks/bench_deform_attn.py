@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from densevit.utils.memory import peak_rss_growth
+from densevit.utils.memory import peak_cuda_growth, peak_rss_growth
 from densevit.utils.provenance import add_json_argument, write_result
 
 SHAPES = [(100, 134), (50, 67), (25, 34), (13, 17)]
@@ -97,10 +97,9 @@ def _forward(fn, inputs):
 def _cuda_peak_mib(fn, inputs):
     """Peak CUDA memory of one forward + backward above the level before it, MiB."""
     _step(fn, inputs)
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    _step(fn, inputs)
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
+    with peak_cuda_growth() as mem:
+        _step(fn, inputs)
+    return mem.growth_mb
 
 
 def child(name, case, batch):

@@ -57,6 +57,7 @@ from mmengine.structures import PixelData
 
 from densevit.apis import init_model
 from densevit.structures import DataSample
+from densevit.utils.memory import peak_cuda_growth
 from densevit.utils.provenance import add_json_argument, write_result
 from densevit.utils.random_init import randomize_
 
@@ -163,15 +164,6 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _peak_reset(device):
-    if device.type == 'cuda':
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def _peak_mib(device):
-    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == 'cuda' else None
-
-
 def timed_pair(fn_a, fn_b, x, repeats, warmup, device):
     """Median seconds and peak MiB of two calls on ``x``, interleaved (A B, B A, ...).
 
@@ -186,13 +178,13 @@ def timed_pair(fn_a, fn_b, x, repeats, warmup, device):
     times, peaks = ([], []), ([], [])
     for r in range(repeats):
         for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-            _sync(device)
-            _peak_reset(device)
-            t = time.perf_counter()
-            fns[i](x)
-            _sync(device)
-            times[i].append(time.perf_counter() - t)
-            peaks[i].append(_peak_mib(device))
+            cuda = device.type == 'cuda'
+            with peak_cuda_growth(device) if cuda else contextlib.nullcontext() as mem:
+                t = time.perf_counter()
+                fns[i](x)
+                _sync(device)
+                times[i].append(time.perf_counter() - t)
+            peaks[i].append(mem.peak_mb if cuda else None)
     return dict(seconds=[statistics.median(t) for t in times],
                 peak_mib=[None if p[0] is None else max(p) for p in peaks],
                 ratio=statistics.median(a / b for a, b in zip(*times, strict=True)))

@@ -162,7 +162,7 @@ def speed(args):
 
 def child(args):
     """One side's peak memory over one training step (a fresh process): a JSON line."""
-    from densevit.utils.memory import peak_rss_growth
+    from densevit.utils.memory import peak_cuda_growth, peak_rss_growth
     side = args.child
     ours, hf = sides(argparse.Namespace(**{**vars(args), 'device': 'cpu'}))
     model = (ours if side == 'densevit' else hf).to(args.device).train()
@@ -172,13 +172,11 @@ def child(args):
     train_step(model, training_batch(warm))()  # warm-up: libraries, allocator
     step = train_step(model, training_batch(args))
     if cuda:
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        start = time.perf_counter()
-        step()
-        seconds = time.perf_counter() - start
-        peak = torch.cuda.max_memory_allocated()
-        row = dict(peak_mib=peak / 2**20, growth_mib=(peak - before) / 2**20)
+        with peak_cuda_growth() as mem:
+            start = time.perf_counter()
+            step()
+            seconds = time.perf_counter() - start
+        row = dict(peak_mib=mem.peak_mb, growth_mib=mem.growth_mb)
     else:
         with peak_rss_growth() as mem:
             start = time.perf_counter()

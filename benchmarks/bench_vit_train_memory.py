@@ -40,6 +40,7 @@ import time
 import torch
 
 from densevit.models.backbones.vit import VisionTransformer
+from densevit.utils.memory import peak_cuda_growth
 from densevit.utils.provenance import add_json_argument, write_result
 
 GLOBAL_BLOCKS = {'Ti': (2, 5, 8, 11), 'S': (2, 5, 8, 11), 'B': (2, 5, 8, 11), 'L': (5, 11, 17, 23), 'H': (7, 15, 23, 31)}
@@ -77,11 +78,9 @@ def peak_mib(model, x, precision, with_cp):
     if x.device.type != 'cuda':
         step(model, x, precision, with_cp)
         return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    step(model, x, precision, with_cp)
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() / 2**20
+    with peak_cuda_growth(x.device) as mem:
+        step(model, x, precision, with_cp)
+    return mem.peak_mb
 
 
 def measure(args, device):

@@ -1,4 +1,4 @@
-"""Peak resident memory (RSS) of a block of code, on CPU.
+"""Peak memory of a block of code: resident memory (RSS) on CPU, allocated tensors on CUDA.
 
 The process's resident-set high-water mark (``VmHWM`` in ``/proc/self/status``,
 ``ru_maxrss``) is set by whichever phase used the most memory — often building the
@@ -15,6 +15,11 @@ The figure is resident memory, not tensor bytes: it counts pages actually touche
 code or data loaded for the first time inside the block (run a warm-up first).
 Where the mark cannot be reset (not Linux, ``/proc`` read-only) it falls back to
 ``ru_maxrss`` and says so (``reset=False``): the growth is then only a lower bound.
+
+On CUDA, :func:`peak_cuda_growth` reads PyTorch's caching allocator instead: the peak of
+``torch.cuda.max_memory_allocated`` over the block (its counter reset at the start) and
+its growth above ``torch.cuda.memory_allocated`` at the start, i.e. tensor bytes, not the
+allocator's reserved cache nor the CUDA context.
 """
 import contextlib
 import ctypes
@@ -22,6 +27,8 @@ import ctypes.util
 import resource
 import sys
 from dataclasses import dataclass
+
+import torch
 
 _STATUS = '/proc/self/status'
 _CLEAR_REFS = '/proc/self/clear_refs'
@@ -92,4 +99,30 @@ def peak_rss_growth():
         yield mem
     finally:
         mem.peak_mb = peak_rss_mb()
+        mem.growth_mb = max(mem.peak_mb - mem.baseline_mb, 0.)
+
+
+@dataclass
+class PeakCUDA:
+    """Filled in by :func:`peak_cuda_growth`, MiB of allocated tensors on one device.
+    ``growth_mb = peak_mb - baseline_mb``."""
+    baseline_mb: float = 0.
+    peak_mb: float = 0.
+    growth_mb: float = 0.
+
+
+@contextlib.contextmanager
+def peak_cuda_growth(device=None):
+    """``with peak_cuda_growth(device) as mem: ...``; then ``mem.peak_mb`` is the most
+    memory tensors held on ``device`` (a CUDA device; default the current one) during the
+    block, and ``mem.growth_mb`` how far the block pushed it above its level at the start.
+    The device is synchronised at both ends, so queued kernels count where they ran."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    mem = PeakCUDA(baseline_mb=torch.cuda.memory_allocated(device) / 2 ** 20)
+    try:
+        yield mem
+    finally:
+        torch.cuda.synchronize(device)
+        mem.peak_mb = torch.cuda.max_memory_allocated(device) / 2 ** 20
         mem.growth_mb = max(mem.peak_mb - mem.baseline_mb, 0.)

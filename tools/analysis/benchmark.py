@@ -31,7 +31,7 @@ from mmengine.config import DictAction
 
 from densevit.apis import init_model
 from densevit.structures import DataSample
-from densevit.utils.memory import peak_rss_growth
+from densevit.utils.memory import peak_cuda_growth, peak_rss_growth
 from densevit.utils.precision import autocast_context
 from densevit.utils.provenance import add_json_argument, write_result
 
@@ -66,10 +66,8 @@ def benchmark(model, shape, batch=1, iters=20, warmup=3, mode='predict', precisi
     with torch.no_grad():
         for _ in range(warmup):
             step()
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
         times = []
-        with peak_rss_growth() as rss:
+        with peak_cuda_growth(device) if cuda else peak_rss_growth() as mem:
             for _ in range(iters):
                 start = time.perf_counter()
                 step()
@@ -80,10 +78,10 @@ def benchmark(model, shape, batch=1, iters=20, warmup=3, mode='predict', precisi
                   images_per_s=batch * iters / times.sum(),
                   latency_ms={f'p{q}': float(np.percentile(times, q) * 1000) for q in (50, 90, 99)})
     if cuda:
-        result['peak_memory_mb'] = torch.cuda.max_memory_allocated() / 2 ** 20
+        result['peak_memory_mb'] = mem.peak_mb
     else:
-        result['peak_rss_growth_mb'] = rss.growth_mb
-        result['peak_rss_mb'] = rss.peak_mb
+        result['peak_rss_growth_mb'] = mem.growth_mb
+        result['peak_rss_mb'] = mem.peak_mb
     return result
 
 
