@@ -10,7 +10,9 @@ every validation's metrics by iteration, the last validation's, the wall time, a
 attempt's provenance taken when it started (the commit and tree that trained).
 Stopped at any point (Ctrl-C, a lost machine, the end of a session), the same command
 goes on: seeds with a metrics file are skipped, a seed with a checkpoint resumes from it
-(``--resume``) and its wall time adds up over the attempts. When every seed is done,
+(``--resume``) and its wall time adds up over the attempts. ``{seed}`` in a
+``--cfg-options`` value becomes the seed, so a second stage loads its own seed's first stage
+(``load_from=work_dirs/seeds/STAGE1/seed{seed}/iter_N.pth``). When every seed is done,
 ``RESULTS/NAME/summary.json`` holds, per metric, each seed's last value, the spread and
 the worst seed, and the table is printed.
 
@@ -41,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument('--threads', type=int, help='OMP_NUM_THREADS of each training process')
     p.add_argument('--results', default='docs/results', help='where the metrics files go')
     p.add_argument('--work-root', default='work_dirs/seeds', help='where the runs train')
-    p.add_argument('--cfg-options', nargs='+', default=[], help='passed to tools/train.py')
+    p.add_argument('--cfg-options', nargs='+', default=[],
+                   help='passed to tools/train.py; {seed} in a value becomes the seed')
     return p.parse_args(argv)
 
 
@@ -206,6 +209,11 @@ def train_run(config, seed, out, work, threads=None, cfg_options=(), label=None,
     return out
 
 
+def seed_options(cfg_options, seed):
+    """``cfg_options`` for seed ``seed``: every ``{seed}`` replaced by it."""
+    return [option.replace('{seed}', str(seed)) for option in cfg_options]
+
+
 def run_paths(results, work_root, name, seed):
     """(metrics file, work dir) of seed ``seed`` of the study ``name``."""
     return (osp.join(results, name, f'seed{seed}.json'),
@@ -219,7 +227,8 @@ def main(argv=None):
         for out, work in paths.values():  # every seed checked before any trains
             check_config(args.config, out, work)
         files = {seed: train_run(args.config, seed, *paths[seed], threads=args.threads,
-                                 cfg_options=args.cfg_options) for seed in args.seeds}
+                                 cfg_options=seed_options(args.cfg_options, seed))
+                 for seed in args.seeds}
     except ConfigMismatch as e:
         print(f'run_seeds.py: refused: {e}', file=sys.stderr)
         return 2

@@ -100,3 +100,25 @@ def test_validations_are_the_records_without_a_loss(tmp_path):
     found = load_tool('tools/run_seeds.py').validations(str(tmp_path))
     assert found == {500: {'aAcc': 80.0, 'mIoU': 20.0, 'mAcc': 25.0},
                      1000: {'mIoU': 31.0, 'aAcc': 81.0}}
+
+
+def test_seed_in_an_option_becomes_each_runs_seed(monkeypatch, tmp_path):
+    """A two-stage recipe: each seed's second stage loads its own seed's first stage."""
+    run_seeds = load_tool('tools/run_seeds.py')
+    given = {}
+
+    def fake_train_run(config, seed, out, work, threads=None, cfg_options=(), **kwargs):
+        given[seed] = cfg_options
+        return None  # as a failed training: main stops before the summary
+
+    monkeypatch.setattr(run_seeds, 'train_run', fake_train_run)
+    rc = run_seeds.main(['configs/detr_panoptic/detr_vit_shapes_panoptic.py', '--name', 'two',
+                         '--seeds', '0', '2', '--results', str(tmp_path / 'r'), '--work-root',
+                         str(tmp_path / 'w'), '--cfg-options',
+                         'load_from=work_dirs/seeds/boxes/seed{seed}/iter_1600.pth',
+                         'train_cfg.max_iters=8'])
+    assert rc == 1
+    assert given == {0: ['load_from=work_dirs/seeds/boxes/seed0/iter_1600.pth',
+                         'train_cfg.max_iters=8'],
+                     2: ['load_from=work_dirs/seeds/boxes/seed2/iter_1600.pth',
+                         'train_cfg.max_iters=8']}
