@@ -4,7 +4,9 @@ A run trained on a clock (``tools/train.py --minutes``) has ``training_clock.csv
 (``minutes, iter, <metrics>``, one row per validation, written by
 ``TrainingClockHook``); every run has mmengine's ``<timestamp>/vis_data/scalars.json``
 (one JSON record per logged step; validation records carry the metrics and ``step``,
-the iteration). ``tools/train.py --minutes`` draws its own run into
+the iteration); a run of ``tools/run_seeds.py`` also leaves its metrics file
+(``seedS.json``: every validation by iteration), which stands for its work dir once that is
+gone. ``tools/train.py --minutes`` draws its own run into
 ``<work_dir>/curve.png``; ``tools/analysis/plot_curves.py`` draws several runs into
 one picture.
 """
@@ -48,8 +50,24 @@ def read_val_records(work_dir):
     return [rows[k] for k in sorted(rows)]
 
 
+def read_seed_file(path):
+    """Validation rows ``{'iter': step, <metric>: value}`` of a ``tools/run_seeds.py``
+    metrics file (``results.validations``: ``{iteration: {metric: value}}``)."""
+    with open(path) as f:
+        found = json.load(f).get('results', {}).get('validations')
+    if not isinstance(found, dict) or not found:
+        raise ValueError(f'{path}: not a tools/run_seeds.py metrics file (no results.validations)')
+    return [dict(found[k], iter=int(k)) for k in sorted(found, key=int)]
+
+
 def read_rows(work_dir, x, file_name='training_clock.csv'):
-    """Rows with ``x`` ('minutes' or 'iter') and the metrics, from the right file."""
+    """Rows with ``x`` ('minutes' or 'iter') and the metrics, from the right file;
+    ``work_dir`` may also be a ``tools/run_seeds.py`` metrics file (iterations only)."""
+    if work_dir.endswith('.json') and osp.isfile(work_dir):
+        if x != 'iter':
+            raise ValueError(f'{work_dir}: a metrics file has iterations, not training minutes '
+                             '(use --x iter)')
+        return read_seed_file(work_dir)
     if x == 'minutes' or osp.isfile(osp.join(work_dir, file_name)):
         return read_clock_csv(work_dir, file_name)
     return read_val_records(work_dir)

@@ -186,3 +186,31 @@ def test_plot_curves_refuses_what_it_cannot_draw(tmp_path):
     out = str(tmp_path / 'x.png')
     assert plot_tool.main([str(tmp_path / 'a'), '--out', out]) == 1  # no metric it knows
     assert plot_tool.main([str(tmp_path / 'a'), '--labels', 'x', 'y', '--out', out]) == 1
+
+
+def test_plot_curves_reads_a_kept_metrics_file_as_its_work_dir(tmp_path, capsys):
+    """tools/run_seeds.py's seedS.json stands for a run whose work dir is gone: the same
+    table as the work dir's own records; minutes, or a file without validations, refused."""
+    import json
+    run = tmp_path / 'seed0' / '20260101_000000' / 'vis_data'
+    run.mkdir(parents=True)
+    (run / 'scalars.json').write_text('\n'.join(
+        ['{"loss": 2.0, "step": 50}'] + [f'{{"coco_panoptic/PQ": {pq}, "mIoU": {m}, "step": {s}}}'
+                                         for s, pq, m in [(100, 12.5, 30.0), (200, 25.0, 41.0)]]))
+    run_seeds = load_tool('tools/run_seeds.py')
+    kept = tmp_path / 'seed0.json'
+    kept.write_text(json.dumps(dict(results=dict(
+        seed=0, validations=run_seeds.validations(str(tmp_path / 'seed0'))))))
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    tables = []
+    for source in (tmp_path / 'seed0', kept):
+        assert plot_tool.main([str(source), '--x', 'iter', '--table', '--labels', 's0',
+                               '--out', str(tmp_path / 'k.png')]) == 0
+        tables.append(capsys.readouterr().out.splitlines()[:4])
+    assert tables[0] == tables[1]
+    assert tables[1][3] == '| s0 | coco_panoptic/PQ | 12.5 | 25 |'
+    assert plot_tool.main([str(kept), '--out', str(tmp_path / 'm.png')]) == 1  # minutes
+    empty = tmp_path / 'empty.json'
+    empty.write_text('{"results": {}}')
+    assert plot_tool.main([str(empty), '--x', 'iter', '--out', str(tmp_path / 'e.png')]) == 1
+    assert 'not a tools/run_seeds.py metrics file' in capsys.readouterr().err

@@ -7,7 +7,8 @@
 
 Against training minutes, each WORK_DIR holds the ``training_clock.csv`` that
 ``tools/train.py --minutes`` writes; against iterations (``--x iter``), any
-``tools/train.py`` work dir will do (its ``*/vis_data/scalars.json``).
+``tools/train.py`` work dir will do (its ``*/vis_data/scalars.json``), or the metrics file
+``tools/run_seeds.py`` kept of a run (``docs/results/NAME/seedS.json``).
 ``--json FILE`` writes each run's main metric at every validation (the numbers of the
 table, unrounded) with the command, commit and machine (``densevit.utils.provenance``).
 """
@@ -34,7 +35,9 @@ def curve_values(work_dirs, x, labels=None):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('work_dirs', nargs='+', help='work dirs of tools/train.py --minutes runs')
+    p.add_argument('work_dirs', nargs='+',
+                   help='work dirs of tools/train.py runs, or (--x iter) tools/run_seeds.py '
+                        'metrics files seedS.json')
     p.add_argument('--out', default='curves.png', help='PNG to write')
     p.add_argument('--x', choices=['minutes', 'iter'], default='minutes',
                    help='horizontal axis (default: training minutes)')
