@@ -145,6 +145,30 @@ def test_mask_head_outputs_stride_4_for_resnet_and_the_map_stride_without_fpn():
         assert model(x, mode='tensor')['pred_masks'].shape == (1, 6, 2, 3)
 
 
+def test_masks_of_selected_queries_equal_their_entries_of_every_querys_masks():
+    """Training decodes the matched queries alone: each selected mask (any number per image,
+    none for one image; three FPN stages, so each row takes its own image's finer maps) equals
+    its entry of the full decode, and so do the gradients they send back."""
+    torch.manual_seed(0)
+    model = build().eval()
+    head = model.mask_head
+    B, Q, D, h, w = 3, 6, 32, 4, 6
+    queries, memory, src = torch.randn(B, Q, D), torch.randn(B, D, h, w), torch.randn(B, D, h, w)
+    mask = torch.zeros(B, h, w, dtype=torch.bool)
+    mask[1, :, 4:] = True  # a padded image
+    fpn = [torch.randn(B, c, h * 2 ** i, w * 2 ** i, requires_grad=True)
+           for i, c in zip((1, 2, 3), model.backbone.out_channels[2::-1], strict=True)]
+    image, query = torch.tensor([0, 0, 0, 2, 2]), torch.tensor([5, 1, 3, 0, 4])  # none of image 1
+    full = head(queries, memory, src, mask, fpn)
+    assert full.shape == (B, Q, 32, 48)
+    picked = head(queries, memory, src, mask, fpn, selected=(image, query))
+    torch.testing.assert_close(picked, full[image, query], rtol=0, atol=1e-5)
+    grad_full = torch.autograd.grad(full[image, query].square().sum(), fpn[-1])[0]
+    grad_picked = torch.autograd.grad(picked.square().sum(), fpn[-1])[0]
+    torch.testing.assert_close(grad_picked, grad_full, rtol=1e-5, atol=1e-5)
+    assert grad_full[1].abs().sum() == 0  # image 1 has no selected query
+
+
 def test_vit_plain_detr_head_trains_masks_at_the_map_stride():
     model = build(
         backbone=dict(_delete_=True, type='VisionTransformer',

@@ -13,7 +13,7 @@ from densevit.structures.panoptic import INSTANCE_OFFSET
 from densevit.utils.precision import at_least_fp32
 
 from ..losses.dense_mask_loss import upsampled_masks
-from ..losses.set_criterion import num_boxes_across_ranks
+from ..losses.set_criterion import matched_queries, num_boxes_across_ranks
 from ..segmentors.encoder_decoder import restore_to_original
 from ..segmentors.mask_postprocess import mask_boxes, panoptic_from_scores
 from ..segmentors.mask_targets import class_masks
@@ -184,7 +184,9 @@ class DETRPanoptic(DETR):
             indices = head.criterion.matcher(
                 dict(pred_logits=out['pred_logits'][-1], pred_boxes=out['pred_boxes'][-1]),
                 targets)
-        pred_masks = self.mask_head(**out['mask_inputs'], fpn_feats=finer)
+        # only the matched queries' masks enter the losses: decode those alone
+        pred_masks = self.mask_head(**out['mask_inputs'], fpn_feats=finer,
+                                    selected=matched_queries(indices))
         losses.update(self.mask_head.loss(pred_masks, [s.gt_instances.masks for s in samples],
                                           indices, num_boxes, tuple(inputs.shape[-2:])))
         return losses

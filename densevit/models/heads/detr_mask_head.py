@@ -18,7 +18,8 @@ from ..losses.set_criterion import matched_queries
 
 @MODELS.register_module()
 class DETRMaskHead(BaseModule):
-    """Mask logits of every query, and DETR's mask losses on the matched ones.
+    """Mask logits of every query (or of the given ones), and DETR's mask losses on the
+    matched ones.
 
     The query attention maps (``attention``, :class:`QueryAttentionMap`: N heads) of each
     decoder output over the encoder memory are stacked on the projected backbone map
@@ -53,13 +54,23 @@ class DETRMaskHead(BaseModule):
             nn.init.xavier_uniform_(proj.weight)
             nn.init.zeros_(proj.bias)
 
-    def forward(self, queries, memory, src, mask, fpn_feats):
+    def forward(self, queries, memory, src, mask, fpn_feats, selected=None):
         """queries [B, Q, D] (the last decoder layer's outputs), memory [B, D, h, w] (the
         encoder's output), src [B, D, h, w] (the projected backbone map), mask [B, h, w] bool
         (True = padding), fpn_feats: finer maps [B, C_i, H_i, W_i], coarsest first ->
-        mask logits [B, Q, H_n, W_n] (H_n the finest map's, else h)."""
+        mask logits [B, Q, H_n, W_n] (H_n the finest map's, else h).
+
+        ``selected`` (image indices [M], query indices [M]; e.g. ``matched_queries``): the
+        masks of those queries only, [M, H_n, W_n], each equal to its entry of the full
+        output (the decoder treats every query apart); training decodes the matched queries
+        alone, a few of the Q."""
         B, Q = queries.shape[:2]
         maps = self.attention(queries, memory, mask)  # [B, Q, N, h, w]
+        if selected is not None:
+            image, query = selected
+            logits = self.decoder(torch.cat([src[image], maps[image, query]], dim=1),
+                                  list(fpn_feats), image_index=image)  # [M, 1, H, W]
+            return logits[:, 0]
         x = torch.cat([src[:, None].expand(-1, Q, -1, -1, -1), maps], dim=2).flatten(0, 1)
         logits = self.decoder(x, list(fpn_feats))  # [B·Q, 1, H, W]
         return logits.view(B, Q, *logits.shape[-2:])
@@ -68,7 +79,8 @@ class DETRMaskHead(BaseModule):
         """DETR's mask losses of the matched queries.
 
         Args:
-            mask_logits: [B, Q, h, w].
+            mask_logits: [B, Q, h, w], or [M, h, w]: the matched queries' alone, in
+                ``matched_queries(indices)`` order (``forward(..., selected=...)``).
             targets (list[Tensor]): per image its targets' masks [N_i, h_i, w_i] bool (the
                 image's unpadded size, at most ``size``).
             indices (list[tuple]): (query indices, target indices) per image: the matching.
@@ -81,7 +93,9 @@ class DETRMaskHead(BaseModule):
             dict: ``loss_mask`` (sigmoid focal), ``loss_dice`` (weighted).
         """
         crop = (max(t.shape[-2] for t in targets), max(t.shape[-1] for t in targets))
-        pred = upsampled_masks(at_least_fp32(mask_logits)[matched_queries(indices)], size, crop)
+        if mask_logits.dim() == 4:
+            mask_logits = mask_logits[matched_queries(indices)]
+        pred = upsampled_masks(at_least_fp32(mask_logits), size, crop)
         target = torch.cat([F.pad(t[j.to(t.device)].to(pred), (0, crop[1] - t.shape[-1],
                                                                0, crop[0] - t.shape[-2]))
                             for t, (_, j) in zip(targets, indices, strict=True)])

@@ -37,7 +37,9 @@ class MaskFPNDecoder(nn.Module):
 
     Shapes:
         x [B·Q, C, h, w] (query-major within each image), fpn_feats list of [B, C_i, H_i, W_i]
-        -> [B·Q, 1, H_n, W_n] (H_n the finest map's, or h without stages).
+        -> [B·Q, 1, H_n, W_n] (H_n the finest map's, or h without stages). With
+        ``image_index`` [M] (the image of each row), x is [M, C, h, w]: any rows, any number
+        per image (e.g. the matched queries only) -> [M, 1, H_n, W_n].
     """
 
     def __init__(self, in_channels, embed_dims, fpn_channels=(1024, 512, 256), norm_groups=8):
@@ -65,13 +67,14 @@ class MaskFPNDecoder(nn.Module):
                 nn.init.kaiming_uniform_(m.weight, a=1)
                 nn.init.zeros_(m.bias)
 
-    def forward(self, x, fpn_feats):
+    def forward(self, x, fpn_feats, image_index=None):
         if len(fpn_feats) != len(self.adapters):
             raise ValueError(f'MaskFPNDecoder: {len(fpn_feats)} finer maps given, built for '
                              f'{len(self.adapters)}')
         x = self.stem(x)
         for adapter, fuse, feat in zip(self.adapters, self.fuse, fpn_feats, strict=True):
             lateral = adapter(feat)  # [B, C', H, W], once per image
-            lateral = lateral.repeat_interleave(x.shape[0] // lateral.shape[0], dim=0)
+            lateral = (lateral.repeat_interleave(x.shape[0] // lateral.shape[0], dim=0)
+                       if image_index is None else lateral[image_index])
             x = fuse(lateral + F.interpolate(x, size=lateral.shape[-2:], mode='nearest'))
         return self.out_conv(x)
