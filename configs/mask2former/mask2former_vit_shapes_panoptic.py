@@ -6,7 +6,8 @@
 # pyramid (ViTDet) makes strides 4, 8, 16, 32 from the ViT's stride-8 map; the pixel decoder's
 # deformable encoder reads the last three (16x16 + 8x8 + 4x4 = 336 tokens) and its FPN step the
 # stride-4 map (32x32 mask features); a small transformer decoder (width 128, 6 layers: two
-# rounds over the three levels, 20 queries). Not tuned; no number measured yet.
+# rounds over the three levels, 20 queries). Not tuned. From scratch not measured; from the MAE
+# (configs/mae/finetune/mask2former_vit_shapes_panoptic_mae.py) PQ about 80 (docs/mask2former.md).
 #   python tools/train.py configs/mask2former/mask2former_vit_shapes_panoptic.py
 #   python tools/test.py configs/mask2former/mask2former_vit_shapes_panoptic.py CKPT --show-dir vis
 _base_ = ['../eomt/eomt_vit_shapes_panoptic.py']

@@ -16,9 +16,10 @@ import json
 import os.path as osp
 
 # what to draw per task, and the top of its y axis (None: as high as the values go)
-CURVE_KEYS = {'coco/bbox_mAP_50': (('coco/bbox_mAP_50', 'coco/bbox_mAP'), 1.0),
-              # panoptic before mIoU: a mask classifier logs both, PQ is its main metric
-              'coco_panoptic/PQ': (('coco_panoptic/PQ', 'mIoU'), 100.0),
+# panoptic first: a mask classifier logs PQ with mIoU, DETR panoptic PQ with box AP; PQ is
+# the main metric of both
+CURVE_KEYS = {'coco_panoptic/PQ': (('coco_panoptic/PQ', 'mIoU'), 100.0),
+              'coco/bbox_mAP_50': (('coco/bbox_mAP_50', 'coco/bbox_mAP'), 1.0),
               'mIoU': (('mIoU', 'mAcc'), 100.0),
               'pretrain/objective': (('pretrain/objective',), None)}  # MAE / MPP: lower is better
 
@@ -129,6 +130,8 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
         keys, top = _curve_keys(wd, rows)
         color = None  # one colour per run: its main metric solid, the companion dashed
         for key, style in zip(keys, ('-o', '--s'), strict=False):
+            if key not in rows[0]:  # a companion the run does not log (DETR panoptic: mIoU)
+                continue
             (line,) = ax.plot([float(r[x]) for r in rows], [float(r[key]) for r in rows], style,
                               color=color, label=f'{label} {key.split("/")[-1]}')
             color = line.get_color()

@@ -214,3 +214,19 @@ def test_plot_curves_reads_a_kept_metrics_file_as_its_work_dir(tmp_path, capsys)
     empty.write_text('{"results": {}}')
     assert plot_tool.main([str(empty), '--x', 'iter', '--out', str(tmp_path / 'e.png')]) == 1
     assert 'not a tools/run_seeds.py metrics file' in capsys.readouterr().err
+
+
+def test_plot_curves_draws_pq_of_a_run_logging_pq_and_box_ap(tmp_path, capsys):
+    """DETR panoptic logs PQ with box AP and no mIoU: its main metric is PQ, and the
+    missing companion is left out (not a KeyError)."""
+    run = tmp_path / 'detr_pan' / '20260101_000000' / 'vis_data'
+    run.mkdir(parents=True)
+    (run / 'scalars.json').write_text('\n'.join(
+        f'{{"coco/bbox_mAP_50": {b}, "coco/bbox_mAP": {b / 2}, "coco_panoptic/PQ": {pq}, '
+        f'"step": {s}}}' for s, b, pq in [(200, 0.1, 2.5), (400, 0.2, 7.0)]))
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    out = tmp_path / 'd.png'
+    assert plot_tool.main([str(tmp_path / 'detr_pan'), '--x', 'iter', '--table',
+                           '--out', str(out)]) == 0
+    assert '| detr_pan | coco_panoptic/PQ | 2.5 | 7 |' in capsys.readouterr().out.splitlines()
+    assert cv2.imread(str(out)) is not None
