@@ -13,7 +13,6 @@ from densevit.utils.defaults import DEFAULT, resolve_default
 from densevit.utils.precision import at_least_fp32
 
 from ..losses.dense_mask_loss import dense_mask_losses, upsampled_masks
-from ..losses.set_criterion import matched_queries
 
 
 @MODELS.register_module()
@@ -79,7 +78,7 @@ class DETRMaskHead(BaseModule):
         """DETR's mask losses of the matched queries.
 
         Args:
-            mask_logits: [B, Q, h, w], or [M, h, w]: the matched queries' alone, in
+            mask_logits: [M, h, w], the matched queries' alone, in
                 ``matched_queries(indices)`` order (``forward(..., selected=...)``).
             targets (list[Tensor]): per image its targets' masks [N_i, h_i, w_i] bool (the
                 image's unpadded size, at most ``size``).
@@ -93,8 +92,6 @@ class DETRMaskHead(BaseModule):
             dict: ``loss_mask`` (sigmoid focal), ``loss_dice`` (weighted).
         """
         crop = (max(t.shape[-2] for t in targets), max(t.shape[-1] for t in targets))
-        if mask_logits.dim() == 4:
-            mask_logits = mask_logits[matched_queries(indices)]
         pred = upsampled_masks(at_least_fp32(mask_logits), size, crop)
         target = torch.cat([F.pad(t[j.to(t.device)].to(pred), (0, crop[1] - t.shape[-1],
                                                                0, crop[0] - t.shape[-2]))
