@@ -40,7 +40,9 @@ def test_recipe_mirrors_eomt_trains_a_step_and_predicts():
     assert cfg.model.neck.scale_factors == (2.0, 1.0, 0.5, 0.25)  # strides 4, 8, 16, 32
     head = cfg.model.decode_head
     assert (head.embed_dims, head.num_layers, head.num_queries) == (128, 6, 20)
-    assert 'no number measured yet' in RECIPE.read_text().split('\n_base_')[0]
+    header = RECIPE.read_text().split('\n_base_')[0]
+    # From scratch is not measured; the header must say so and point at the MAE-started numbers.
+    assert 'From scratch not measured' in header and 'docs/mask2former.md' in header
     torch.manual_seed(0)
     with DefaultScope.overwrite_default_scope('densevit'):
         model = MODELS.build(cfg.model)
