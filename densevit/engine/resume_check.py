@@ -6,7 +6,9 @@ shape order) deep inside the first step. Here, before anything is loaded, the
 checkpoint's state dict is compared strictly with the model (names and shapes), and its
 optimizer state with the optimizer built from the config (number of parameter groups,
 parameters per group, weight decay per group, shapes of the saved moments), since a
-changed ``paramwise_cfg`` or layer decay regroups the parameters. A difference raises
+changed ``paramwise_cfg`` or layer decay regroups the parameters. A weight decay that a
+parameter scheduler moves (DINO's cosine 0.04 -> 0.4) is compared at its start value, the
+``initial_weight_decay`` mmengine's schedulers keep in each group. A difference raises
 :class:`ResumeMismatchError` naming what changed; fine-tuning a changed model from the
 file is ``load_from``, which the message says.
 """
@@ -44,6 +46,11 @@ def model_changes(model, state_dict):
     return lines
 
 
+def _start_decay(group):
+    """A group's weight decay before any scheduler step (its current one if none moves it)."""
+    return group.get('initial_weight_decay', group.get('weight_decay'))
+
+
 def optimizer_changes(optimizer, saved, names):
     """Lines naming how ``saved`` (an ``optimizer.state_dict()``) differs from the groups of
     ``optimizer``; ``names`` maps a parameter's ``id`` to its name."""
@@ -57,10 +64,10 @@ def optimizer_changes(optimizer, saved, names):
             lines.append(f'parameter group {i} holds {len(group["params"])} parameters, the '
                          f'checkpoint\'s {len(old["params"])}')
             continue
-        if group.get('weight_decay') != old.get('weight_decay'):
+        decay, old_decay = _start_decay(group), _start_decay(old)
+        if decay != old_decay:
             lines.append(f'parameter group {i} ({names.get(id(group["params"][0]), "?")}, ...) '
-                         f'has weight decay {group.get("weight_decay")}, the checkpoint\'s '
-                         f'{old.get("weight_decay")}')
+                         f'has weight decay {decay}, the checkpoint\'s {old_decay}')
         for param, index in zip(group["params"], old["params"], strict=True):
             moments = {k: v for k, v in state.get(index, {}).items()
                        if hasattr(v, 'shape') and v.dim() > 0}
