@@ -33,22 +33,43 @@ def read_clock_csv(work_dir, file_name='training_clock.csv'):
         return list(csv.DictReader(f))
 
 
-def read_val_records(work_dir):
-    """Validation records of every run in ``work_dir`` (``*/vis_data/scalars.json``), as
-    rows ``{'iter': step, <metric>: value}`` in iteration order; a resumed run's later
-    records replace earlier ones at the same iteration."""
+def _log_records(work_dir, wanted):
+    """The records of every run's ``*/vis_data/scalars.json`` in ``work_dir`` for which
+    ``wanted(record)`` holds, as rows with ``iter`` = ``step`` in iteration order (a resumed
+    run's later records replace earlier ones at the same iteration), and every key seen."""
     files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
     if not files:
         raise FileNotFoundError(f'{work_dir}: no */vis_data/scalars.json (not a training work '
                                 'dir of tools/train.py?)')
-    rows = {}
+    rows, seen = {}, set()
     for path in files:
         with open(path) as f:
             for line in f:
                 record = json.loads(line)
-                if any(k in record for k in CURVE_KEYS):
+                seen |= set(record)
+                if wanted(record):
                     rows[record['step']] = dict(record, iter=record['step'])
-    return [rows[k] for k in sorted(rows)]
+    return [rows[k] for k in sorted(rows)], seen
+
+
+def read_val_records(work_dir):
+    """Validation records of every run in ``work_dir`` (``*/vis_data/scalars.json``), as
+    rows ``{'iter': step, <metric>: value}`` in iteration order; a resumed run's later
+    records replace earlier ones at the same iteration."""
+    return _log_records(work_dir, lambda record: any(k in record for k in CURVE_KEYS))[0]
+
+
+def read_train_records(work_dir, keys):
+    """Training-log records of every run in ``work_dir`` that carry any of ``keys`` (the
+    losses and other scalars the logger wrote: ``loss``, ``teacher_entropy``, ...), as rows
+    ``{'iter': step, <key>: value}`` like :func:`read_val_records`. A key no record has is
+    refused, naming the scalars there are."""
+    rows, seen = _log_records(work_dir, lambda record: any(k in record for k in keys))
+    missing = [k for k in keys if k not in seen]
+    if missing:
+        raise ValueError(f'{work_dir}: no {", ".join(missing)} in its training log; it has '
+                         f'{", ".join(sorted(seen - {"step"}))}')
+    return rows
 
 
 def read_seed_file(path):
@@ -61,9 +82,15 @@ def read_seed_file(path):
     return [dict(found[k], iter=int(k)) for k in sorted(found, key=int)]
 
 
-def read_rows(work_dir, x, file_name='training_clock.csv'):
+def read_rows(work_dir, x, file_name='training_clock.csv', keys=None):
     """Rows with ``x`` ('minutes' or 'iter') and the metrics, from the right file;
-    ``work_dir`` may also be a ``tools/run_seeds.py`` metrics file (iterations only)."""
+    ``work_dir`` may also be a ``tools/run_seeds.py`` metrics file (iterations only). With
+    ``keys``, the training log's rows of those scalars instead (iterations, a work dir)."""
+    if keys:
+        if x != 'iter':
+            raise ValueError('training-log scalars (--keys) are drawn against iterations '
+                             '(use --x iter)')
+        return read_train_records(str(work_dir), keys)
     if work_dir.endswith('.json') and osp.isfile(work_dir):
         if x != 'iter':
             raise ValueError(f'{work_dir}: a metrics file has iterations, not training minutes '
@@ -74,8 +101,11 @@ def read_rows(work_dir, x, file_name='training_clock.csv'):
     return read_val_records(work_dir)
 
 
-def _curve_keys(work_dir, rows):
-    """(metrics to draw: main, companion; top of the y axis) of a run's task (``CURVE_KEYS``)."""
+def _curve_keys(work_dir, rows, keys=None):
+    """(metrics to draw: main, companion; top of the y axis) of a run's task (``CURVE_KEYS``),
+    or the training-log scalars ``keys`` asked for (the y axis as high as they go)."""
+    if keys:
+        return tuple(keys), None
     found = next((v for k, v in CURVE_KEYS.items() if k in rows[0]), None)
     if found is None:
         raise ValueError(f'{work_dir}: none of the metrics drawn ({", ".join(CURVE_KEYS)}) in '
@@ -83,17 +113,18 @@ def _curve_keys(work_dir, rows):
     return found
 
 
-def curve_table(work_dirs, x='iter', file_name='training_clock.csv', labels=None):
+def curve_table(work_dirs, x='iter', file_name='training_clock.csv', labels=None, keys=None):
     """A Markdown table of each run's main metric (a row per run, a column per ``x`` at
-    which any run validated; blank where a run did not)."""
+    which any run validated; blank where a run did not); with ``keys``, of the first of
+    those training-log scalars at every logged iteration."""
     labels = labels or [osp.basename(osp.normpath(wd)) for wd in work_dirs]
     if len(labels) != len(work_dirs):
         raise ValueError(f'{len(labels)} labels for {len(work_dirs)} work dirs')
     runs, columns = [], set()
     for wd, label in zip(work_dirs, labels, strict=True):
-        rows = read_rows(wd, x, file_name)
-        key = _curve_keys(wd, rows)[0][0] if rows else ''
-        values = {float(r[x]): float(r[key]) for r in rows}
+        rows = read_rows(wd, x, file_name, keys)
+        key = _curve_keys(wd, rows, keys)[0][0] if rows else ''
+        values = {float(r[x]): float(r[key]) for r in rows if key in r}
         runs.append((label, key, values))
         columns |= set(values)
     columns = sorted(columns)
@@ -106,7 +137,8 @@ def curve_table(work_dirs, x='iter', file_name='training_clock.csv', labels=None
                       *lines])
 
 
-def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv', labels=None):
+def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv', labels=None,
+                keys=None):
     """Draw each run's main metric (solid) and its companion (dashed) against ``x``.
 
     Args:
@@ -114,6 +146,8 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
         out_file (str): PNG to write.
         x (str): ``'minutes'`` (clocked runs) or ``'iter'`` (any run).
         labels (list[str], optional): legend names (default: the folder names).
+        keys (list[str], optional): one or two training-log scalars (``loss``,
+            ``teacher_entropy``, ...) to draw instead of the validation metric (``x='iter'``).
     """
     import matplotlib
     matplotlib.use('Agg')
@@ -124,20 +158,23 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
     if len(labels) != len(work_dirs):
         raise ValueError(f'{len(labels)} labels for {len(work_dirs)} work dirs')
     for wd, label in zip(work_dirs, labels, strict=True):
-        rows = read_rows(wd, x, file_name)
+        rows = read_rows(wd, x, file_name, keys)
         if not rows:
             continue
-        keys, top = _curve_keys(wd, rows)
+        drawn, top = _curve_keys(wd, rows, keys)
+        styles = ('-', '--') if keys else ('-o', '--s')  # a training log: too many points to mark
         color = None  # one colour per run: its main metric solid, the companion dashed
-        for key, style in zip(keys, ('-o', '--s'), strict=False):
-            if key not in rows[0]:  # a companion the run does not log (DETR panoptic: mIoU)
+        for key, style in zip(drawn, styles, strict=False):
+            points = [(float(r[x]), float(r[key])) for r in rows if key in r]
+            if not points:  # a companion the run does not log (DETR panoptic: mIoU)
                 continue
-            (line,) = ax.plot([float(r[x]) for r in rows], [float(r[key]) for r in rows], style,
-                              color=color, label=f'{label} {key.split("/")[-1]}')
+            (line,) = ax.plot(*zip(*points, strict=True), style, color=color,
+                              label=f'{label} {key.split("/")[-1]}')
             color = line.get_color()
     ax.set_xlabel('training minutes' if x == 'minutes' else 'iteration')
-    ax.set_ylabel('metric on val')
-    ax.set_ylim(0, top)  # top None: matplotlib's own upper limit
+    ax.set_ylabel('training log' if keys else 'metric on val')
+    if not keys:  # a training log's scalars keep matplotlib's own limits (a loss may be < 0)
+        ax.set_ylim(0, top)  # top None: matplotlib's own upper limit
     ax.grid(alpha=0.3)
     if len(ax.get_lines()) > 8:  # a legend that would hide the curves goes beside them
         fig.set_size_inches(9, 4)

@@ -230,3 +230,32 @@ def test_plot_curves_draws_pq_of_a_run_logging_pq_and_box_ap(tmp_path, capsys):
                            '--out', str(out)]) == 0
     assert '| detr_pan | coco_panoptic/PQ | 2.5 | 7 |' in capsys.readouterr().out.splitlines()
     assert cv2.imread(str(out)) is not None
+
+
+def test_plot_curves_draws_training_log_scalars(tmp_path, capsys):
+    """--keys: training-log scalars against iterations (MMDetection's analyze_logs.py
+    plot_curve --keys); a resumed run's records replace the first's at the same iteration,
+    validation records are not training ones, and a key the log lacks is refused."""
+    import json
+    for stamp, records in [('20260101_000000', [(20, 6.6, 6.1), (40, 6.7, 6.4)]),
+                           ('20260101_010000', [(40, 6.75, 6.5), (60, 6.8, 6.6)])]:
+        (tmp_path / 'run' / stamp / 'vis_data').mkdir(parents=True)
+        lines = [json.dumps(dict(loss=lo, teacher_entropy=h, step=s)) for s, lo, h in records]
+        lines.append(json.dumps({'pretrain/objective': 6.9, 'step': records[-1][0]}))
+        (tmp_path / 'run' / stamp / 'vis_data' / 'scalars.json').write_text('\n'.join(lines))
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    out, kept = tmp_path / 'log.png', tmp_path / 'log.json'
+    assert plot_tool.main([str(tmp_path / 'run'), '--x', 'iter', '--keys', 'teacher_entropy',
+                           'loss', '--table', '--out', str(out), '--json', str(kept)]) == 0
+    assert '| run | teacher_entropy | 6.1 | 6.5 | 6.6 |' in capsys.readouterr().out.splitlines()
+    assert cv2.imread(str(out)) is not None
+    run, = json.loads(kept.read_text())['results']
+    assert (run['metric'], run['x'], run['values']) == ('teacher_entropy', [20.0, 40.0, 60.0],
+                                                        [6.1, 6.5, 6.6])
+    assert run['companion'] == dict(metric='loss', x=[20.0, 40.0, 60.0], values=[6.6, 6.75, 6.8])
+    assert plot_tool.main([str(tmp_path / 'run'), '--x', 'iter', '--keys', 'loss_cls',
+                           '--out', str(out)]) == 1
+    err = capsys.readouterr().err
+    assert 'no loss_cls in its training log; it has loss, pretrain/objective' in err, err
+    assert plot_tool.main([str(tmp_path / 'run'), '--keys', 'loss', '--out', str(out)]) == 1
+    assert '(use --x iter)' in capsys.readouterr().err
