@@ -62,9 +62,11 @@ def read_val_records(work_dir):
 def read_train_records(work_dir, keys):
     """Training-log records of every run in ``work_dir`` that carry any of ``keys`` (the
     losses and other scalars the logger wrote: ``loss``, ``teacher_entropy``, ...), as rows
-    ``{'iter': step, <key>: value}`` like :func:`read_val_records`. A key no record has is
-    refused, naming the scalars there are."""
-    rows, seen = _log_records(work_dir, lambda record: any(k in record for k in keys))
+    ``{'iter': step, <key>: value}`` like :func:`read_val_records` (validation records left
+    out). A key no record has is refused, naming the scalars there are."""
+    def wanted(record):  # a validation record's time / data_time are not the training step's
+        return any(k in record for k in keys) and not any(k in record for k in CURVE_KEYS)
+    rows, seen = _log_records(work_dir, wanted)
     missing = [k for k in keys if k not in seen]
     if missing:
         raise ValueError(f'{work_dir}: no {", ".join(missing)} in its training log; it has '

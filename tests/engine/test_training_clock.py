@@ -240,8 +240,10 @@ def test_plot_curves_draws_training_log_scalars(tmp_path, capsys):
     for stamp, records in [('20260101_000000', [(20, 6.6, 6.1), (40, 6.7, 6.4)]),
                            ('20260101_010000', [(40, 6.75, 6.5), (60, 6.8, 6.6)])]:
         (tmp_path / 'run' / stamp / 'vis_data').mkdir(parents=True)
-        lines = [json.dumps(dict(loss=lo, teacher_entropy=h, step=s)) for s, lo, h in records]
-        lines.append(json.dumps({'pretrain/objective': 6.9, 'step': records[-1][0]}))
+        lines = [json.dumps(dict(loss=lo, teacher_entropy=h, time=1.0, step=s))
+                 for s, lo, h in records]
+        lines.append(json.dumps({'pretrain/objective': 6.9, 'time': 0.5,
+                                 'step': records[-1][0]}))
         (tmp_path / 'run' / stamp / 'vis_data' / 'scalars.json').write_text('\n'.join(lines))
     plot_tool = load_tool('tools/analysis/plot_curves.py')
     out, kept = tmp_path / 'log.png', tmp_path / 'log.json'
@@ -253,9 +255,14 @@ def test_plot_curves_draws_training_log_scalars(tmp_path, capsys):
     assert (run['metric'], run['x'], run['values']) == ('teacher_entropy', [20.0, 40.0, 60.0],
                                                         [6.1, 6.5, 6.6])
     assert run['companion'] == dict(metric='loss', x=[20.0, 40.0, 60.0], values=[6.6, 6.75, 6.8])
+    assert plot_tool.main([str(tmp_path / 'run'), '--x', 'iter', '--keys', 'time', '--json',
+                           str(kept), '--out', str(out)]) == 0
+    # the validation records' time (0.5 at iterations 40 and 60) is not the training step's
+    assert json.loads(kept.read_text())['results'][0]['values'] == [1.0, 1.0, 1.0]
     assert plot_tool.main([str(tmp_path / 'run'), '--x', 'iter', '--keys', 'loss_cls',
                            '--out', str(out)]) == 1
     err = capsys.readouterr().err
-    assert 'no loss_cls in its training log; it has loss, pretrain/objective' in err, err
+    assert ('no loss_cls in its training log; it has loss, pretrain/objective, teacher_entropy, '
+            'time') in err, err
     assert plot_tool.main([str(tmp_path / 'run'), '--keys', 'loss', '--out', str(out)]) == 1
     assert '(use --x iter)' in capsys.readouterr().err
