@@ -103,6 +103,12 @@ def read_rows(work_dir, x, file_name='training_clock.csv', keys=None):
     return read_val_records(work_dir)
 
 
+def series(rows, x, key):
+    """(``x`` values, ``key``'s values) of the rows that have ``key``."""
+    found = [r for r in rows if key in r]
+    return [float(r[x]) for r in found], [float(r[key]) for r in found]
+
+
 def _curve_keys(work_dir, rows, keys=None):
     """(metrics to draw: main, companion; top of the y axis) of a run's task (``CURVE_KEYS``),
     or the training-log scalars ``keys`` asked for (the y axis as high as they go)."""
@@ -126,7 +132,7 @@ def curve_table(work_dirs, x='iter', file_name='training_clock.csv', labels=None
     for wd, label in zip(work_dirs, labels, strict=True):
         rows = read_rows(wd, x, file_name, keys)
         key = _curve_keys(wd, rows, keys)[0][0] if rows else ''
-        values = {float(r[x]): float(r[key]) for r in rows if key in r}
+        values = dict(zip(*series(rows, x, key), strict=True))
         runs.append((label, key, values))
         columns |= set(values)
     columns = sorted(columns)
@@ -167,10 +173,10 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
         styles = ('-', '--') if keys else ('-o', '--s')  # a training log: too many points to mark
         color = None  # one colour per run: its main metric solid, the companion dashed
         for key, style in zip(drawn, styles, strict=False):
-            points = [(float(r[x]), float(r[key])) for r in rows if key in r]
-            if not points:  # a companion the run does not log (DETR panoptic: mIoU)
+            xs, values = series(rows, x, key)
+            if not xs:  # a companion the run does not log (DETR panoptic: mIoU)
                 continue
-            (line,) = ax.plot(*zip(*points, strict=True), style, color=color,
+            (line,) = ax.plot(xs, values, style, color=color,
                               label=f'{label} {key.split("/")[-1]}')
             color = line.get_color()
     ax.set_xlabel('training minutes' if x == 'minutes' else 'iteration')

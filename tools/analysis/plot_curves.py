@@ -22,13 +22,13 @@ import os.path as osp
 import sys
 
 from densevit.utils.provenance import add_json_argument, write_result
-from densevit.visualization.training_curve import _curve_keys, curve_table, plot_curves, read_rows
-
-
-def _series(rows, x, key):
-    """(x values, ``key``'s values) of the rows that have ``key``."""
-    found = [r for r in rows if key in r]
-    return [float(r[x]) for r in found], [float(r[key]) for r in found]
+from densevit.visualization.training_curve import (
+    _curve_keys,
+    curve_table,
+    plot_curves,
+    read_rows,
+    series,
+)
 
 
 def curve_values(work_dirs, x, labels=None, keys=None):
@@ -40,10 +40,10 @@ def curve_values(work_dirs, x, labels=None, keys=None):
     for wd, label in zip(work_dirs, labels, strict=True):
         rows = read_rows(wd, x, keys=keys)
         drawn = _curve_keys(wd, rows, keys)[0] if rows else ('',)
-        xs, values = _series(rows, x, drawn[0])
+        xs, values = series(rows, x, drawn[0])
         run = dict(run=label, work_dir=wd, metric=drawn[0], x=xs, values=values)
         if keys and len(drawn) > 1:
-            cx, cv = _series(rows, x, drawn[1])
+            cx, cv = series(rows, x, drawn[1])
             run['companion'] = dict(metric=drawn[1], x=cx, values=cv)
         runs.append(run)
     return runs
