@@ -4,7 +4,7 @@
         [--three-seed-rows none learned_1d-stem ...] [--three-seeds 0 1 2]
         [--threads 1] [--parallel 2] [--max-iters N] [--metrics coco/bbox_mAP_50]
         [--name NAME] [--results docs/results] [--work-root work_dirs/studies]
-        [--start-within MINUTES] [--cfg-options k=v ...] [--table-only]
+        [--start-within MINUTES] [--cfg-options k=v ...] [--table-only] [--rows name]
 
 The grid is every ``*.py`` of a study folder (the study's name: the folder's) or the
 configs given (then ``--name``). A config's row name is its file name after ``_pe-``
@@ -26,7 +26,9 @@ session's end. At the end, and alone with ``--table-only``,
 ``RESULTS/NAME/table.json`` holds each config's values per seed with their mean, min and
 max, the budget and the commands that trained them, and a Markdown table is printed per
 metric: rows the position-embedding type, columns its placement (read from each config's
-``model.backbone.pos_embed``), a cell the value, or mean (min-max) over several seeds.
+``model.backbone.pos_embed``), a cell the value, or mean (min-max) over several seeds; with
+``--rows name``, a row per config (its file's stem) and one column, for a grid that varies
+something else than the position embedding.
 """
 import argparse
 import glob
@@ -73,6 +75,9 @@ def parse_args(argv=None):
     p.add_argument('--start-within', type=float, metavar='MINUTES',
                    help='start no run later than this many minutes after the command began')
     p.add_argument('--table-only', action='store_true', help='train nothing: table the runs')
+    p.add_argument('--rows', choices=('position', 'name'), default='position',
+                   help="the table's rows: position-embedding type x placement, or a row per "
+                   'config (its file name)')
     args = p.parse_args(argv)
     folders = [g for g in args.grid if osp.isdir(g)]
     if folders and len(args.grid) > 1:
@@ -181,12 +186,14 @@ def read_runs(results, name, config):
     return dict(sorted(runs.items()))
 
 
-def make_table(configs, results, name, metrics=None):
-    """What ``table.json`` holds (see the module doc)."""
+def make_table(configs, results, name, metrics=None, rows_by='position'):
+    """What ``table.json`` holds (see the module doc); ``rows_by='name'``: each config is a
+    row of its own (its file's stem), in one column."""
     rows = {}
     for config in configs:
         runs = read_runs(results, name, config)
-        row, column = position(config)
+        row, column = (position(config) if rows_by == 'position' else
+                       (osp.splitext(osp.basename(config))[0], 'all'))
         rows[osp.splitext(osp.basename(config))[0]] = dict(
             config=run_seeds.config_id(config), row=row, column=column, runs=runs)
     logged = [k for r in rows.values() for run in r['runs'].values() for k in run['results']['last']]
@@ -232,7 +239,7 @@ def markdown(table, metric):
 
 def write_table(args):
     """Write ``RESULTS/NAME/table.json`` and print the tables, budget and commands."""
-    table = make_table(args.configs, args.results, args.name, args.metrics)
+    table = make_table(args.configs, args.results, args.name, args.metrics, args.rows)
     out = write_result(osp.join(args.results, args.name, 'table.json'), table)
     for metric in table['metrics']:
         print(markdown(table, metric) + '\n')

@@ -124,6 +124,23 @@ def test_a_three_seed_row_shows_mean_and_min_max(tmp_path, capsys):
     assert '| learned_1d | not run |' in out and 'max_iters 300' in out
 
 
+def test_rows_by_name_give_each_config_its_own_row(tmp_path, capsys):
+    """``--rows name``: a grid varying something else than the position embedding (here two
+    configs with the same one) gets a row per config, not one cell for both."""
+    study = tmp_path / 'tiny_study'
+    study.mkdir()
+    for name in ('scratch', 'mae'):
+        write_config(study, data_root=tmp_path / 'shapes', name=f'{name}.py')
+    for seed, value in enumerate((61.0, 58.0, 64.0)):
+        _fabricate(tmp_path / 'r', 'fab', 'mae', seed, value, str(study / 'mae.py'))
+    _fabricate(tmp_path / 'r', 'fab', 'scratch', 0, 50.0, str(study / 'scratch.py'))
+    assert run_study.main([str(study), '--name', 'fab', '--table-only', '--metrics', 'mIoU',
+                           '--results', str(tmp_path / 'r'), '--rows', 'name']) == 0
+    out = capsys.readouterr().out
+    assert '| mIoU | all |' in out
+    assert '| mae | 61 (58-64) |' in out and '| scratch | 50 |' in out
+
+
 def test_three_seed_rows_and_the_budget_options(tmp_path):
     study = _grid(tmp_path)
     configs = sorted(str(p) for p in study.glob('*.py'))
