@@ -14,6 +14,11 @@ ids, read from parameter names:
   last block, MiT's per-stage ``patch_embed`` that of the block before it;
 - everything else (final norms, neck, heads): L + 1, the full learning rate.
 
+``full_rate_last_blocks=N`` leaves the last N blocks at the full rate, as EoMT's trainer does
+for the blocks its queries join (they learn a new task there); the blocks before keep their
+decay. :class:`~densevit.engine.two_stage_warmup.TwoStageWarmupPolyLR` tells the backbone's
+groups from the rest by ``layer_id`` (below the largest: the backbone's).
+
 Weight decay is 0 for 1-d parameters (norm weights, biases, LayerScale's gammas) and
 position tables / tokens (class, register, mask); the others keep the optimizer's ``weight_decay``. ``custom_keys``
 (mmengine's ``paramwise_cfg`` option: ``{name part: dict(lr_mult, decay_mult)}``, the
@@ -103,6 +108,7 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             1-d parameters); default position tables and tokens.
         custom_keys (dict): ``{name part: dict(lr_mult=..., decay_mult=...)}``, multiplied
             into the layer's learning rate and weight decay (as mmengine's constructor).
+        full_rate_last_blocks (int): the last N blocks at the full rate (default 0).
 
     Each group carries ``layer_id`` and ``lr_scale`` for inspection. Frozen
     parameters (``requires_grad=False``) are left out.
@@ -118,6 +124,10 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         if num_layers < depth:
             raise ValueError(f'paramwise_cfg.num_layers={num_layers} but the backbone has '
                              f'{depth} blocks')
+        full_rate = cfg.get('full_rate_last_blocks', 0)
+        if not 0 <= full_rate <= depth:
+            raise ValueError(f'paramwise_cfg.full_rate_last_blocks={full_rate}: the backbone has '
+                             f'{depth} blocks')
         keys = tuple(cfg.get('no_decay_keys', NO_DECAY_KEYS))
         groups = OrderedDict()
         for name, param in module.named_parameters(prefix=prefix.rstrip('.')):
@@ -128,7 +138,8 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             lr_mult, decay_mult = custom_multipliers(name, cfg.get('custom_keys', {}))
             key = (layer_id, decay, lr_mult, decay_mult)
             if key not in groups:
-                scale = rate ** (num_layers + 1 - layer_id) * lr_mult
+                exponent = 0 if layer_id > depth - full_rate else num_layers + 1 - layer_id
+                scale = rate ** exponent * lr_mult
                 groups[key] = dict(params=[], param_names=[], layer_id=layer_id, lr_scale=scale,
                                    lr=self.base_lr * scale,
                                    weight_decay=(self.base_wd or 0.) * decay_mult if decay

@@ -127,3 +127,94 @@ def test_custom_keys_multiply_the_layer_rate():
     assert got['head.bias'] == (pytest.approx(0.1), 0.0)  # 1-d: still no decay
     assert got['backbone.blocks.0.attn.qkv.weight'] == (pytest.approx(3 * RATE ** L), WD)
     assert got['backbone.blocks.0.mlp.fc1.weight'] == (pytest.approx(RATE ** L), WD)
+
+
+def test_full_rate_last_blocks_leave_the_query_blocks_undecayed():
+    """EoMT's trainer: the blocks its queries join keep the full rate; earlier blocks keep
+    ``rate ** (L + 1 - layer_id)``."""
+    model = Model(dict(type='VisionTransformer', img_size=32, patch_size=8,
+                       arch=dict(embed_dims=8, num_layers=4, num_heads=2,
+                                 feedforward_channels=16)))
+    got = param_settings(model, full_rate_last_blocks=2)
+    L = 4
+    for i, expected in enumerate((RATE ** 4, RATE ** 3, 1.0, 1.0)):  # blocks 0-1 decayed
+        assert got[f'backbone.blocks.{i}.attn.qkv.weight'][0] == pytest.approx(LR * expected)
+    assert got['backbone.patch_embed.proj.weight'][0] == LR * RATE ** (L + 1)
+    assert got['head.weight'][0] == LR
+    with pytest.raises(ValueError, match='full_rate_last_blocks=5: the backbone has 4 blocks'):
+        param_settings(model, full_rate_last_blocks=5)
+
+
+def test_two_stage_warmup_poly_by_hand():
+    """TwoStageWarmupPolyLR against EoMT's schedule written out for w1 = 2, w2 = 4, 12 steps,
+    power 0.9: the head warms up over 2 steps then decays over 10; the backbone stands at 0
+    for 2 steps, warms up over 4, then decays over 6. Resumed at step 7 it goes on the same."""
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import DefaultScope
+
+    from densevit.registry import PARAM_SCHEDULERS
+
+    model = Model(dict(type='VisionTransformer', img_size=32, patch_size=8,
+                       arch=dict(embed_dims=8, num_layers=2, num_heads=2,
+                                 feedforward_channels=16)))
+
+    def build(wrapper=None):
+        with DefaultScope.overwrite_default_scope('densevit'):
+            wrapper = wrapper or build_optim_wrapper(model, dict(
+                type='OptimWrapper', optimizer=dict(type='AdamW', lr=LR, weight_decay=WD),
+                constructor='LayerDecayOptimWrapperConstructor',
+                paramwise_cfg=dict(layer_decay_rate=RATE)))
+            sched = PARAM_SCHEDULERS.build(dict(
+                type='TwoStageWarmupPolyLR', optimizer=wrapper, warmup=(2, 4), power=0.9,
+                end=12))
+        return wrapper, sched
+
+    def head_by_hand(t):
+        return t / 2 if t < 2 else (1 - (t - 2) / 10) ** 0.9
+
+    def backbone_by_hand(t):
+        return 0.0 if t < 2 else (t - 2) / 4 if t < 6 else (1 - (t - 6) / 6) ** 0.9
+
+    wrapper, sched = build()
+    groups = wrapper.optimizer.param_groups
+    head = next(g for g in groups if 'head.weight' in g['param_names'])
+    block = next(g for g in groups if 'backbone.blocks.0.attn.qkv.weight' in g['param_names'])
+    assert block['initial_lr'] == pytest.approx(RATE ** 2)
+    seen = []
+    for t in range(12):
+        if t == 7:  # what a checkpoint holds here: the optimizer's and the scheduler's state
+            state, opt_state = sched.state_dict(), wrapper.optimizer.state_dict()
+        seen.append((head['lr'], block['lr']))
+        assert head['lr'] == pytest.approx(LR * head_by_hand(t)), t
+        assert block['lr'] == pytest.approx(RATE ** 2 * backbone_by_hand(t)), t
+        wrapper.optimizer.step()
+        sched.step()
+    assert seen[2] == (pytest.approx(1.0), 0.0) and seen[6][1] == pytest.approx(RATE ** 2)
+    # resumed as the Runner does (a new scheduler, then the saved state): the same values
+    _, again = build(wrapper=wrapper)
+    wrapper.optimizer.load_state_dict(opt_state)  # new group dicts: look them up again
+    again.load_state_dict(state)
+    groups = wrapper.optimizer.param_groups
+    head = next(g for g in groups if 'head.weight' in g['param_names'])
+    block = next(g for g in groups if 'backbone.blocks.0.attn.qkv.weight' in g['param_names'])
+    assert (head['lr'], block['lr']) == seen[7]
+    for t in range(8, 12):
+        again.step()
+        assert (head['lr'], block['lr']) == (pytest.approx(seen[t][0]),
+                                             pytest.approx(seen[t][1])), t
+
+
+def test_two_stage_warmup_refusals():
+    from mmengine.registry import DefaultScope
+    from torch.optim import SGD
+
+    from densevit.registry import PARAM_SCHEDULERS
+
+    plain = SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    decayed = SGD([dict(params=nn.Linear(2, 2).parameters(), layer_id=0)], lr=0.1)
+    with DefaultScope.overwrite_default_scope('densevit'):
+        with pytest.raises(ValueError, match="LayerDecayOptimWrapperConstructor"):
+            PARAM_SCHEDULERS.build(dict(type='TwoStageWarmupPolyLR', optimizer=plain, end=10))
+        with pytest.raises(ValueError, match=r'warmup=\(5, 5\) must be two'):
+            PARAM_SCHEDULERS.build(dict(type='TwoStageWarmupPolyLR', optimizer=decayed,
+                                        warmup=(5, 5), end=10))
