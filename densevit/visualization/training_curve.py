@@ -146,7 +146,7 @@ def curve_table(work_dirs, x='iter', file_name='training_clock.csv', labels=None
 
 
 def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv', labels=None,
-                keys=None):
+                keys=None, group=None):
     """Draw each run's main metric (solid) and its companion (dashed) against ``x``.
 
     Args:
@@ -156,6 +156,8 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
         labels (list[str], optional): legend names (default: the folder names).
         keys (list[str], optional): one or two training-log scalars (``loss``,
             ``teacher_entropy``, ...) to draw instead of the validation metric (``x='iter'``).
+        group (int, optional): runs given in groups of this many (a config's seeds) share a
+            colour, each member its own marker; default one colour per run.
     """
     import matplotlib
     matplotlib.use('Agg')
@@ -165,13 +167,19 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
     labels = labels or [osp.basename(osp.normpath(wd)) for wd in work_dirs]
     if len(labels) != len(work_dirs):
         raise ValueError(f'{len(labels)} labels for {len(work_dirs)} work dirs')
-    for wd, label in zip(work_dirs, labels, strict=True):
+    if group is not None and group < 1:
+        raise ValueError(f'group must be at least 1, got {group}')
+    for i, (wd, label) in enumerate(zip(work_dirs, labels, strict=True)):
         rows = read_rows(wd, x, file_name, keys)
         if not rows:
             continue
         drawn, top = _curve_keys(wd, rows, keys)
         styles = ('-', '--') if keys else ('-o', '--s')  # a training log: too many points to mark
-        color = None  # one colour per run: its main metric solid, the companion dashed
+        # one colour per run (or per group of runs): its main metric solid, the companion dashed
+        color = None if group is None else f'C{(i // group) % 10}'
+        if group is not None and not keys:
+            marker = 'osv^D<>p'[i % group % 8]
+            styles = ('-' + marker, '--' + marker)
         for key, style in zip(drawn, styles, strict=False):
             xs, values = series(rows, x, key)
             if not xs:  # a companion the run does not log (DETR panoptic: mIoU)

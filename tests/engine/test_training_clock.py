@@ -266,3 +266,35 @@ def test_plot_curves_draws_training_log_scalars(tmp_path, capsys):
             'time') in err, err
     assert plot_tool.main([str(tmp_path / 'run'), '--keys', 'loss', '--out', str(out)]) == 1
     assert '(use --x iter)' in capsys.readouterr().err
+
+
+def test_plot_curves_group_gives_a_configs_seeds_one_colour(tmp_path, monkeypatch):
+    """--group 2 on four runs (two configs, two seeds each): runs 0-1 share a colour, 2-3
+    another, and the two seeds of a config differ in marker."""
+    import json
+
+    from matplotlib.axes import Axes
+    drawn = []
+    real_plot = Axes.plot
+
+    def recording_plot(self, *args, **kwargs):
+        lines = real_plot(self, *args, **kwargs)
+        drawn.append((kwargs['label'], lines[0].get_color(), lines[0].get_marker()))
+        return lines
+
+    monkeypatch.setattr(Axes, 'plot', recording_plot)
+    files = []
+    for i in range(4):
+        f = tmp_path / f'run{i}.json'
+        f.write_text(json.dumps(dict(results=dict(seed=i % 2, validations={
+            '100': {'mIoU': 10.0 + i}, '200': {'mIoU': 20.0 + i}}))))
+        files.append(str(f))
+    plot_tool = load_tool('tools/analysis/plot_curves.py')
+    assert plot_tool.main([*files, '--x', 'iter', '--group', '2', '--labels', 'a0', 'a1',
+                           'b0', 'b1', '--out', str(tmp_path / 'g.png')]) == 0
+    mains = {label.split()[0]: (color, marker) for label, color, marker in drawn
+             if label.endswith('mIoU')}
+    assert mains['a0'][0] == mains['a1'][0] != mains['b0'][0] == mains['b1'][0]
+    assert mains['a0'][1] != mains['a1'][1] and mains['b0'][1] != mains['b1'][1]
+    assert plot_tool.main([*files, '--x', 'iter', '--group', '0',
+                           '--out', str(tmp_path / 'z.png')]) == 1

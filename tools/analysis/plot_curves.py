@@ -5,6 +5,7 @@
     python tools/analysis/plot_curves.py work_dirs/seed_* --x iter --table   # also print a table
     python tools/analysis/plot_curves.py work_dirs/seed_* --x iter --json seeds.json
     python tools/analysis/plot_curves.py work_dirs/run --x iter --keys loss   # the training log
+    python tools/analysis/plot_curves.py a/seed{0,1,2}.json b/seed{0,1,2}.json --x iter --group 3
 
 Against training minutes, each WORK_DIR holds the ``training_clock.csv`` that
 ``tools/train.py --minutes`` writes; against iterations (``--x iter``), any
@@ -58,6 +59,8 @@ def main(argv=None):
     p.add_argument('--x', choices=['minutes', 'iter'], default='minutes',
                    help='horizontal axis (default: training minutes)')
     p.add_argument('--labels', nargs='+', help='legend names, one per work dir')
+    p.add_argument('--group', type=int, metavar='N',
+                   help='runs given in groups of N (a config\'s seeds) share a colour')
     p.add_argument('--table', action='store_true',
                    help="also print each run's main metric at every validation (Markdown)")
     p.add_argument('--keys', nargs='+', metavar='KEY',
@@ -70,7 +73,7 @@ def main(argv=None):
     try:
         if args.table:
             print(curve_table(args.work_dirs, x=args.x, labels=args.labels, keys=args.keys))
-        print(f'wrote {plot_curves(args.work_dirs, args.out, x=args.x, labels=args.labels, keys=args.keys)}')
+        print(f'wrote {plot_curves(args.work_dirs, args.out, x=args.x, labels=args.labels, keys=args.keys, group=args.group)}')
         if args.json:
             write_result(args.json, curve_values(args.work_dirs, args.x, args.labels, args.keys),
                          x=args.x, plot=args.out, keys=args.keys)
