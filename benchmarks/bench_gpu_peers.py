@@ -1,8 +1,8 @@
 """densevit against Hugging Face transformers on one GPU, same weights, interleaved.
 
     python benchmarks/bench_gpu_peers.py [--models segformer detr deformable_detr
-        conditional_detr dab_detr] [--precisions tf32 bf16 fp16] [--repeats 10]
-        [--budget-s 240] [--profile-dir DIR] [--json FILE]
+        conditional_detr dab_detr vit] [--precisions tf32 bf16 fp16] [--compile]
+        [--repeats 10] [--budget-s 240] [--profile-dir DIR] [--json FILE]
     # the script end to end on the CPU, at tiny sizes (what tests/tools runs):
     python benchmarks/bench_gpu_peers.py --device cpu --tiny --repeats 1
 
@@ -19,7 +19,17 @@ config by densevit's own converters, as ``bench_detr_peers.py`` does):
   its PyTorch path, against densevit's pure-PyTorch multi-scale deformable attention), the
   same sizes as DETR;
 - on request (``--models``): Conditional DETR-R50 and DAB-DETR-R50
-  (``ConditionalDetrForObjectDetection`` / ``DabDetrForObjectDetection``), the same sizes.
+  (``ConditionalDetrForObjectDetection`` / ``DabDetrForObjectDetection``), the same sizes;
+  and ViT-B/16 (``ViTModel``, config ``image_size`` 512, no pooler) against densevit's
+  ``VisionTransformer`` (built and converted as ``bench_backbones.py`` does): 512x512,
+  inference batch 8 (the patch-token map), training step batch 8 (the mean square of that
+  map as the loss, the same on both sides).
+
+``--compile`` (ViT-B/16 only): both models are wrapped in ``torch.compile`` (default mode)
+and the rows are named ``ViT-B/16, torch.compile``; the warm-up calls compile, outside the
+timing. The other pairs take data samples and Python-side post-processing through the
+call, which ``torch.compile`` would split into many graphs on each side: not a comparison
+of the same compiled work, so they are refused with ``--compile``.
 
 First the outputs are compared in float32 with TF32 off, in eval mode (relative error
 ``|ours - HF| / |HF|`` of the logits and, for detectors, the boxes; over 1e-3 and that model
@@ -52,6 +62,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_backbones import vit_pair as backbone_vit_pair
 from bench_detr_peers import ROOT, _batch, _samples, _train_step, hf_pair, shapes_for
 from mmengine.structures import PixelData
 
@@ -64,7 +75,7 @@ from densevit.utils.random_init import randomize_
 SEGFORMER = 'configs/segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py'
 NAMES = {'segformer': 'SegFormer-B0', 'detr': 'DETR-R50',
          'deformable_detr': 'Deformable DETR-R50', 'conditional_detr': 'Conditional DETR-R50',
-         'dab_detr': 'DAB-DETR-R50'}
+         'dab_detr': 'DAB-DETR-R50', 'vit': 'ViT-B/16'}
 DEFAULT_MODELS = ['segformer', 'detr', 'deformable_detr']
 AUTOCAST = {'bf16': torch.bfloat16, 'fp16': torch.float16}
 MAX_REL_ERR = 1e-3
@@ -120,6 +131,28 @@ def segformer_pair(tmp, sizes):
         peer_predict=peer_predict,
         loss=lambda x: ours(x, _to(seg_samples(True), x.device), mode='loss'),
         peer_loss=peer_loss)
+    return ours, peer, fns, dict(infer=x, train=x)
+
+
+def vit_pair(sizes):
+    """(ours, HF, fns, batches) for ViT-B/16 at ``sizes['seg']``, batch ``sizes['seg_batch']``
+    (tiny: 2 layers of width 32, as ``bench_backbones.py --tiny``)."""
+    h, w = sizes['seg']
+    pair = backbone_vit_pair(sizes['tiny'], h)
+    ours, peer = pair.ours, pair.hf
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(sizes['seg_batch'], 3, h, w, generator=g)
+
+    def ours_map(x):
+        return ours(x)[-1]  # [B, D, h/16, w/16], after the final norm
+
+    def peer_map(x):
+        return pair.hf_map(peer(pixel_values=x))
+
+    fns = dict(outputs=lambda x: (ours_map(x),), peer_outputs=lambda x: (peer_map(x),),
+               predict=ours_map, peer_predict=peer_map,
+               loss=lambda x: {'loss': ours_map(x).float().pow(2).mean()},
+               peer_loss=lambda x: {'loss': peer_map(x).float().pow(2).mean()})
     return ours, peer, fns, dict(infer=x, train=x)
 
 
@@ -257,18 +290,25 @@ def main(argv=None):
     p.add_argument('--budget-s', type=float, default=240,
                    help='start no new row after this many seconds (default 240)')
     p.add_argument('--profile-dir', help='profile rows where densevit is >10%% slower')
+    p.add_argument('--compile', action='store_true',
+                   help='torch.compile both models (ViT-B/16 only)')
     add_json_argument(p)
     args = p.parse_args(argv)
+    if args.compile and set(args.models) - {'vit'}:
+        p.error('--compile is measured for --models vit only: the other pairs pass data '
+                'samples and post-processing through the call, which compile splits')
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
         sys.exit('no CUDA GPU: torch.cuda.is_available() is False (use --device cpu --tiny '
                  'to check the script on the CPU)')
     sizes = (dict(seg=(64, 64), seg_batch=2, det=(64, 96), det_batch=2) if args.tiny else
              dict(seg=(512, 512), seg_batch=8, det=(800, 1066), det_batch=4))
+    sizes['tiny'] = args.tiny
     import transformers
     gpu = torch.cuda.get_device_name(device) if device.type == 'cuda' else None
     results = dict(device=gpu or 'cpu', torch=torch.__version__, cuda=torch.version.cuda,
-                   transformers=transformers.__version__, sizes=sizes, rows=[], skipped=[])
+                   transformers=transformers.__version__, sizes=sizes, compiled=args.compile,
+                   rows=[], skipped=[])
     print(f'{gpu or "CPU"}, torch {torch.__version__}, CUDA {torch.version.cuda}, '
           f'transformers {transformers.__version__}', flush=True)
     start = time.perf_counter()
@@ -285,12 +325,16 @@ def main(argv=None):
             results['skipped'].append(dict(model=model, why='budget'))
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            ours, peer, fns, batches = (segformer_pair(tmp, sizes) if model == 'segformer'
-                                        else detector_pair(tmp, model, sizes))
+            ours, peer, fns, batches = (
+                segformer_pair(tmp, sizes) if model == 'segformer' else
+                vit_pair(sizes) if model == 'vit' else detector_pair(tmp, model, sizes))
         ours.to(device), peer.to(device)
         x_infer, x_train = batches['infer'].to(device), batches['train'].to(device)
         errs = compare_outputs(ours, peer, fns, x_infer, device)
-        print(f'{NAMES[model]}: relative error of the outputs (fp32, TF32 off): '
+        name = NAMES[model] + (', torch.compile' if args.compile else '')
+        if args.compile:  # after the eager comparison; compiled on the first warm-up call
+            ours.compile(), peer.compile()
+        print(f'{name}: relative error of the outputs (fp32, TF32 off): '
               + ', '.join(f'{e:.1e}' for e in errs), flush=True)
         if max(errs) > MAX_REL_ERR:
             results['skipped'].append(dict(model=model, why=f'outputs differ: {errs}'))
@@ -313,7 +357,7 @@ def main(argv=None):
                     x = x_train
                 t = timed_pair(a, b, x, args.repeats, args.warmup, device)
                 n = x.shape[0]
-                row = dict(model=NAMES[model], step=f'{step}, batch {n}', precision=precision,
+                row = dict(model=name, step=f'{step}, batch {n}', precision=precision,
                            size=list(x.shape[-2:]), densevit_img_s=n / t['seconds'][0],
                            hf_img_s=n / t['seconds'][1], densevit_over_hf=t['ratio'],
                            densevit_peak_mib=t['peak_mib'][0], hf_peak_mib=t['peak_mib'][1],

@@ -72,3 +72,18 @@ def test_no_gpu_is_one_clear_error():
                          text=True)
     assert run.returncode == 1
     assert 'no CUDA GPU' in run.stderr and 'Traceback' not in run.stderr
+
+
+def test_vit_pair_agrees_and_compile_is_refused_for_the_detectors(tmp_path):
+    pytest.importorskip('transformers')
+    out = tmp_path / 'bench.json'
+    run = _run('--models', 'vit', '--precisions', 'tf32', '--json', str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())['results']['rows']
+    assert [(r['model'], r['step']) for r in rows] == [
+        ('ViT-B/16', 'inference, batch 2'), ('ViT-B/16', 'training, batch 2')]
+    assert max(rows[0]['rel_err']) < 1e-5
+    run = _run('--models', 'vit', 'detr', '--compile')
+    assert run.returncode == 2
+    assert '--compile is measured for --models vit only' in run.stderr
+    assert 'Traceback' not in run.stderr

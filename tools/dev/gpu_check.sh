@@ -333,7 +333,7 @@ step bench_vit_train_memory 150 "$PY" benchmarks/bench_vit_train_memory.py \
 budget=$(($(allowed 300) - 60))
 [ "$budget" -gt 200 ] && budget=200
 step bench_gpu_peers 300 "$PY" benchmarks/bench_gpu_peers.py --budget-s "$budget" \
-    --models conditional_detr dab_detr deformable_detr detr segformer \
+    --models vit segformer conditional_detr dab_detr deformable_detr detr \
     --precisions fp16 tf32 bf16 --json "$OUT/bench_gpu_peers.json" --profile-dir "$OUT/profiles"
 
 # the newer models against HF on the same weights (fp32): EoMT-S and Mask2Former Swin-T, 512
