@@ -50,7 +50,7 @@ included, which both share the size of).
 
 ``--budget-s`` stops starting new rows once that many seconds have passed (the JSON is
 rewritten after every row, so a run cut short keeps what it measured). ``--profile-dir DIR``:
-for each row where densevit is more than 10% slower, ``torch.profiler`` over three calls of
+for each row where densevit is more than 5% slower, ``torch.profiler`` over three calls of
 each model, the top 25 operators by device time written to ``DIR/profile_<row>.txt``.
 """
 import argparse
@@ -79,6 +79,9 @@ NAMES = {'segformer': 'SegFormer-B0', 'detr': 'DETR-R50',
 DEFAULT_MODELS = ['segformer', 'detr', 'deformable_detr']
 AUTOCAST = {'bf16': torch.bfloat16, 'fp16': torch.float16}
 MAX_REL_ERR = 1e-3
+# a row this much slower than HF gets a profile (SegFormer-B0's half-precision training step
+# measured 1.08-1.10 on three leases, under the 1.1 this was before)
+PROFILE_ABOVE = 1.05
 
 
 def rel_err(a, b):
@@ -289,7 +292,7 @@ def main(argv=None):
                    help='tiny images and batches: the script end to end, not a measurement')
     p.add_argument('--budget-s', type=float, default=240,
                    help='start no new row after this many seconds (default 240)')
-    p.add_argument('--profile-dir', help='profile rows where densevit is >10%% slower')
+    p.add_argument('--profile-dir', help='profile rows where densevit is >5%% slower')
     p.add_argument('--compile', action='store_true',
                    help='torch.compile both models (ViT-B/16 only)')
     add_json_argument(p)
@@ -369,7 +372,7 @@ def main(argv=None):
                         f'{t["ratio"]:.2f} | {mib[0]} | {mib[1]} |')
                 table.append(line)
                 print(line, flush=True)
-                if args.profile_dir and t['ratio'] > 1.1:
+                if args.profile_dir and t['ratio'] > PROFILE_ABOVE:
                     Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
                     name = f'profile_{model}_{step}_{precision}.txt'
                     profile(a, b, x, Path(args.profile_dir) / name, device)

@@ -1,5 +1,6 @@
 """Tests for the segmentation heads, the MLA neck and the pixel cross-entropy loss."""
 import math
+import re
 
 import pytest
 import torch
@@ -68,6 +69,11 @@ def test_cross_entropy_all_ignored_is_zero_with_finite_grad():
 def test_cross_entropy_out_of_range_label_is_explained():
     with pytest.raises(ValueError, match='reduce_zero_label'):
         CrossEntropyLoss()(torch.randn(1, K, 2, 2), torch.full((1, 2, 2), K))
+    # every bad value is named, below and above the range; the ignore value is not
+    labels = torch.tensor([[[-1, K], [255, 0]]])
+    with pytest.raises(ValueError, match=re.escape(f'found [-1, {K}]')):
+        CrossEntropyLoss()(torch.randn(1, K, 2, 2), labels)
+    assert torch.isfinite(CrossEntropyLoss()(torch.randn(1, K, 2, 2), labels.clamp(0, K - 1)))
 
 
 @pytest.mark.parametrize('dim', [0, 1, 3])

@@ -13,9 +13,11 @@ def check_labels(loss_name, label, num_classes, ignore_index):
     GPU) or silently mis-index; the usual culprit is the dataset's
     ``reduce_zero_label`` setting, so the message says so and lists the values.
     """
-    valid = label[label != ignore_index]
-    if valid.numel() and (valid.min() < 0 or valid.max() >= num_classes):
-        bad = valid[(valid < 0) | (valid >= num_classes)].unique()
+    # one host-device sync (the ``any``) and no boolean compaction of the label map: on a GPU
+    # every ``.item()``-like read stalls the queue of kernels
+    out_of_range = ((label < 0) | (label >= num_classes)) & (label != ignore_index)
+    if out_of_range.any():
+        bad = label[out_of_range].unique()
         raise ValueError(
             f'{loss_name}: labels must be in [0, {num_classes}) or {ignore_index} (ignore); '
             f'found {bad[:8].tolist()}. Check num_classes and the dataset\'s '
