@@ -1,0 +1,8 @@
+# DINO shapes quickstart with DINO's 100 denoising queries (dino_vit_shapes_dn100.py) and 100
+# matching queries in place of the quickstart's 30: mixed query selection then takes the top 100
+# encoder proposals of the 3 levels (DINO: 900 on COCO), more chances to start near every
+# shape. Does that reach the iteration-500 mark (AP 0.41)?
+#   python tools/run_seeds.py configs/studies/dino_recipe/dino_vit_shapes_q100_dn100.py --name q100_dn100 --results docs/results/dino_recipe --work-root work_dirs/seeds/dino_recipe --seeds 0 --threads 1 --cfg-options train_cfg.val_interval=100
+_base_ = ['./dino_vit_shapes_dn100.py']
+
+model = dict(bbox_head=dict(num_queries=100))
