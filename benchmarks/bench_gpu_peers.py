@@ -50,8 +50,9 @@ included, which both share the size of).
 
 ``--budget-s`` stops starting new rows once that many seconds have passed (the JSON is
 rewritten after every row, so a run cut short keeps what it measured). ``--profile-dir DIR``:
-for each row where densevit is more than 5% slower, ``torch.profiler`` over three calls of
-each model, the top 25 operators by device time written to ``DIR/profile_<row>.txt``.
+for each row where densevit is more than 5% slower (``--profile-above``, default 1.05),
+``torch.profiler`` over three calls of each model, the top 25 operators by device time
+written to ``DIR/profile_<row>.txt``.
 """
 import argparse
 import contextlib
@@ -292,7 +293,10 @@ def main(argv=None):
                    help='tiny images and batches: the script end to end, not a measurement')
     p.add_argument('--budget-s', type=float, default=240,
                    help='start no new row after this many seconds (default 240)')
-    p.add_argument('--profile-dir', help='profile rows where densevit is >5%% slower')
+    p.add_argument('--profile-dir', help='profile rows where densevit is slower than '
+                   '--profile-above times HF')
+    p.add_argument('--profile-above', type=float, default=PROFILE_ABOVE,
+                   help=f'the ratio above which a row is profiled (default {PROFILE_ABOVE})')
     p.add_argument('--compile', action='store_true',
                    help='torch.compile both models (ViT-B/16 only)')
     add_json_argument(p)
@@ -372,11 +376,11 @@ def main(argv=None):
                         f'{t["ratio"]:.2f} | {mib[0]} | {mib[1]} |')
                 table.append(line)
                 print(line, flush=True)
-                if args.profile_dir and t['ratio'] > PROFILE_ABOVE:
+                if args.profile_dir and t['ratio'] > args.profile_above:
                     Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
-                    name = f'profile_{model}_{step}_{precision}.txt'
-                    profile(a, b, x, Path(args.profile_dir) / name, device)
-                    row['profile'] = name
+                    prof_file = f'profile_{model}_{step}_{precision}.txt'
+                    profile(a, b, x, Path(args.profile_dir) / prof_file, device)
+                    row['profile'] = prof_file
                 save()
         del ours, peer
         if device.type == 'cuda':

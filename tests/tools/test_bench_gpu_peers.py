@@ -87,3 +87,17 @@ def test_vit_pair_agrees_and_compile_is_refused_for_the_detectors(tmp_path):
     assert run.returncode == 2
     assert '--compile is measured for --models vit only' in run.stderr
     assert 'Traceback' not in run.stderr
+
+
+def test_profiled_rows_keep_their_names_and_write_a_profile(tmp_path):
+    pytest.importorskip('transformers')
+    out, prof = tmp_path / 'bench.json', tmp_path / 'profiles'
+    run = _run('--models', 'vit', '--precisions', 'tf32', '--json', str(out), '--profile-dir',
+               str(prof), '--profile-above', '0')  # every row profiled
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())['results']['rows']
+    assert [r['model'] for r in rows] == ['ViT-B/16', 'ViT-B/16']
+    assert sorted(r['profile'] for r in rows) == sorted(p.name for p in prof.iterdir()) == [
+        'profile_vit_inference_tf32.txt', 'profile_vit_training_tf32.txt']
+    text = (prof / 'profile_vit_training_tf32.txt').read_text()
+    assert '## densevit, 3 calls' in text and '## HF transformers, 3 calls' in text
