@@ -30,6 +30,19 @@ def _get(obj, key):
     return obj[key] if isinstance(obj, dict) else getattr(obj, key)
 
 
+def labelled_pixels(pred, label, num_classes, ignore_index=255):
+    """The labelled pixels of one image: (pred, label) int64 [N], the pixels whose label is
+    ``ignore_index`` dropped; refused when a label or a prediction is outside 0..K-1."""
+    keep = label != ignore_index
+    pred, label = pred[keep].long(), label[keep].long()
+    if len(label) and (label.min() < 0 or label.max() >= num_classes):
+        raise ValueError(f'label values must be in 0..{num_classes - 1} or {ignore_index}, '
+                         f'got {sorted(set(label.unique().tolist()) - set(range(num_classes)))}')
+    if len(pred) and (pred.min() < 0 or pred.max() >= num_classes):
+        raise ValueError(f'predicted classes must be in 0..{num_classes - 1}')
+    return pred, label
+
+
 def area_stats(pred, label, num_classes, ignore_index=255):
     """Per-class pixel areas of one image.
 
@@ -39,17 +52,20 @@ def area_stats(pred, label, num_classes, ignore_index=255):
     Returns:
         Tensor: int64 [4, K]: intersection, union, prediction area, label area.
     """
-    keep = label != ignore_index
-    pred, label = pred[keep].long(), label[keep].long()
-    if len(label) and (label.min() < 0 or label.max() >= num_classes):
-        raise ValueError(f'label values must be in 0..{num_classes - 1} or {ignore_index}, '
-                         f'got {sorted(set(label.unique().tolist()) - set(range(num_classes)))}')
-    if len(pred) and (pred.min() < 0 or pred.max() >= num_classes):
-        raise ValueError(f'predicted classes must be in 0..{num_classes - 1}')
+    pred, label = labelled_pixels(pred, label, num_classes, ignore_index)
     inter = torch.bincount(pred[pred == label], minlength=num_classes)
     area_pred = torch.bincount(pred, minlength=num_classes)
     area_label = torch.bincount(label, minlength=num_classes)
     return torch.stack([inter, area_pred + area_label - inter, area_pred, area_label])
+
+
+def confusion_counts(pred, label, num_classes, ignore_index=255):
+    """Pixel counts of one image by (label, prediction): int64 [K, K], row = the label, column
+    = the predicted class, pixels labelled ``ignore_index`` left out. Its diagonal, column
+    sums and row sums are :func:`area_stats`' intersection, prediction and label areas."""
+    pred, label = labelled_pixels(pred, label, num_classes, ignore_index)
+    return torch.bincount(label * num_classes + pred,
+                          minlength=num_classes * num_classes).view(num_classes, num_classes)
 
 
 def _ratio(num, den):
