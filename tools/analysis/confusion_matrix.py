@@ -20,25 +20,17 @@ import numpy as np
 import torch
 from mmengine.config import Config
 
-from densevit.evaluation.iou_metric import confusion_counts
-from densevit.registry import DATASETS
+from densevit.apis.inference import _dataset_meta
+from densevit.evaluation.iou_metric import class_metrics, confusion_counts
 from densevit.utils.provenance import add_json_argument, write_result
 
 
 def dataset_classes(cfg):
-    """The test dataset's class names: its config's ``metainfo.classes``, else the dataset
-    class's ``METAINFO``."""
-    dataset = cfg.test_dataloader.dataset
-    classes = (dataset.get('metainfo') or {}).get('classes')
-    if classes:
-        return tuple(classes)
-    dataset_cls = DATASETS.get(dataset['type'])
-    if dataset_cls is None:
-        raise ValueError(f"test_dataloader.dataset.type {dataset['type']!r} is not a registered "
-                         'dataset')
-    classes = getattr(dataset_cls, 'METAINFO', {}).get('classes')
+    """The test dataset's class names, found as ``init_model`` finds them (its config's
+    ``metainfo``, else the dataset class's ``METAINFO``)."""
+    classes = (_dataset_meta(cfg, None) or {}).get('classes')
     if not classes:
-        raise ValueError(f"{dataset['type']} has no METAINFO classes: give them in the config's "
+        raise ValueError('the config names no classes: give them in '
                          'test_dataloader.dataset.metainfo.classes')
     return tuple(classes)
 
@@ -82,12 +74,13 @@ def row_shares(counts):
 
 
 def class_iou(counts):
-    """Per-class IoU (0-100) from the matrix: diagonal / (row + column - diagonal); NaN where
-    the class is neither labelled nor predicted."""
-    counts = np.asarray(counts, dtype=np.float64)
-    inter = np.diag(counts)
-    union = counts.sum(0) + counts.sum(1) - inter
-    return 100 * np.divide(inter, union, out=np.full_like(inter, np.nan), where=union > 0)
+    """Per-class IoU (0-100) from the matrix, by ``IoUMetric``'s own rule
+    (:func:`~densevit.evaluation.iou_metric.class_metrics` of its diagonal, union and areas);
+    NaN where the class is neither labelled nor predicted."""
+    counts = np.asarray(counts, dtype=np.int64)
+    inter, area_pred, area_label = np.diag(counts), counts.sum(0), counts.sum(1)
+    totals = np.stack([inter, area_pred + area_label - inter, area_pred, area_label])
+    return 100 * class_metrics(totals)['IoU']
 
 
 def draw(counts, classes, out, title=None):
