@@ -26,6 +26,6 @@ model = dict(bbox_head=dict(
     criterion=dict(quality_focal=True),
     # the DINO quickstart's previous settings, which the results above were measured with
     # (configs/studies/dino_recipe/dino_vit_shapes_previous.py); DINO's present 100 / 100
-    # queries and 4e-4 are not yet measured with Co-DINO
+    # queries and 8e-4 are not yet measured with Co-DINO
     num_queries=30, dn_cfg=dict(num_dn_queries=20)))
 optim_wrapper = dict(optimizer=dict(lr=2e-4))
