@@ -67,12 +67,14 @@ class Runner(MMEngineRunner):
         return quiet_logger(super().build_logger(*args, **kwargs))
 
     def register_hooks(self, default_hooks=None, custom_hooks=None):
-        """mmengine's, plus a :class:`SkippedImagesHook` (a count of the images a
-        ``skip_unreadable`` dataset skipped) unless the config names one."""
+        """mmengine's, plus, unless the config names them, a :class:`SkippedImagesHook` (a
+        count of the images a ``skip_unreadable`` dataset skipped) and an
+        :class:`RngStateHook` (torch's generator state saved and resumed; validation on a
+        fork of it)."""
         custom_hooks = list(custom_hooks or [])
-        if not any(isinstance(h, dict) and h.get('type') == 'SkippedImagesHook'
-                   for h in custom_hooks):
-            custom_hooks.append(dict(type='SkippedImagesHook'))
+        for name in ('SkippedImagesHook', 'RngStateHook'):
+            if not any(isinstance(h, dict) and h.get('type') == name for h in custom_hooks):
+                custom_hooks.append(dict(type=name))
         super().register_hooks(default_hooks, custom_hooks)
 
     def _log_env(self, env_cfg):

@@ -1,5 +1,8 @@
 """``tools/train.py --resume`` continues a run exactly, and checkpoints load with weights_only=True.
 
+Exactly: the tiny DETR trains with dropout, so the resumed run must also continue torch's
+random numbers where the checkpoint left them (``densevit/engine/rng_state_hook.py``).
+
 Checkpoint requirement: on torch >= 2.6 (``torch.load`` defaults to ``weights_only=True``)
 mmengine's resume must restore model, optimizer, parameter schedulers and the
 iteration from a checkpoint, with densevit's allow-list and never ``weights_only=False``.
@@ -19,24 +22,30 @@ from mmengine.logging import HistoryBuffer
 from tiny_run import isolated, load_tool, scalar_records, train_losses, unique_names, write_config
 
 N = 6
-# No validation; a checkpoint every 3 iterations. The schedule (LinearLR warm-up to 2,
+# A validation and a checkpoint every 3 iterations. The schedule (LinearLR warm-up to 2,
 # x0.1 at 3) does not depend on max_iters, so a 3-iteration run is the first half of a
 # 6-iteration one.
-OPTIONS = ['train_cfg.val_interval=1000', 'default_hooks.checkpoint.interval=3']
+OPTIONS = ['default_hooks.checkpoint.interval=3']
+# The tiny DETR with dropout: training draws random numbers from torch's generator at every
+# iteration (as drop path, MAE's masks, DINO's denoising noise do), and each validation's
+# data loader draws a worker seed from it.
+DROPOUT = 'model = dict(bbox_head=dict(transformer=dict(dropout=0.1)))\n'
 
 
-def train(train_tool, config, work_dir, max_iters, *extra):
+def train(train_tool, config, work_dir, max_iters, *extra, val_interval=3):
     rc = train_tool.main([config, '--work-dir', str(work_dir), *extra, '--cfg-options',
-                          f'train_cfg.max_iters={max_iters}', *OPTIONS, *unique_names()])
+                          f'train_cfg.max_iters={max_iters}', f'train_cfg.val_interval={val_interval}',
+                          *OPTIONS, *unique_names()])
     assert rc == 0
 
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
-    """An uninterrupted 6-iteration run, and a 3-iteration run resumed to 6 (auto resume)."""
+    """An uninterrupted 6-iteration run, and a 3-iteration run resumed to 6 (auto resume);
+    both validate after iterations 3 and 6."""
     root = tmp_path_factory.mktemp('resume')
     train_tool = load_tool('tools/train.py')
-    config = write_config(root)
+    config = write_config(root, extra=DROPOUT)
     with isolated():
         train(train_tool, config, root / 'straight', N)
     with isolated():
@@ -63,6 +72,24 @@ def test_resumed_run_logs_the_same_losses(runs):
     assert steps == [[1, 2, 3], [4, 5, 6]]
     for it in range(1, N + 1):
         assert b[it] == pytest.approx(a[it], rel=1e-6, abs=1e-7), f'iteration {it}'
+
+
+def test_validating_does_not_change_the_training(runs, tmp_path):
+    """The same run without its validations draws the same dropout masks (RngStateHook
+    runs validation on a fork of torch's generator) and logs the same losses."""
+    with isolated():
+        train(load_tool('tools/train.py'), write_config(tmp_path, extra=DROPOUT),
+              tmp_path / 'unvalidated', N, val_interval=1000)
+    a, b = train_losses(runs[0]), train_losses(tmp_path / 'unvalidated')
+    assert sorted(a) == sorted(b) == list(range(1, N + 1))
+    for it in range(1, N + 1):
+        assert b[it] == pytest.approx(a[it], rel=1e-6, abs=1e-7), f'iteration {it}'
+
+
+def test_checkpoint_keeps_the_generator_state(runs):
+    ckpt = torch.load(runs[1] / 'iter_3.pth', map_location='cpu', weights_only=True)
+    state = ckpt['torch_rng_state']['cpu']
+    assert state.dtype == torch.uint8 and state.numel() == torch.get_rng_state().numel()
 
 
 def test_resumed_run_restores_scheduler(runs):

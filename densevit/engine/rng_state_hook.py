@@ -1,0 +1,89 @@
+"""Training's random numbers in the checkpoint, so that ``--resume`` continues them.
+
+While it trains, a model draws from torch's global generator: dropout and drop path, MAE's
+masks, DINO's denoising noise, EoMT's masking draws, the points the mask losses sample.
+mmengine's resume seeds that generator afresh and replays the data loader, which brings the
+data back (the pipelines draw from numpy, in the loader's workers or in the replay) but starts
+the model's draws again from the seed, so a resumed run drifts from an uninterrupted one.
+"""
+import torch
+from mmengine.dist import get_world_size
+from mmengine.hooks import Hook
+
+from densevit.registry import HOOKS
+
+#: where a checkpoint keeps the generator's state
+RNG_KEY = 'torch_rng_state'
+
+
+def rng_state():
+    """torch's generator states: ``{'cpu': ByteTensor}``, plus ``'cuda'`` (one per device)
+    once CUDA is in use."""
+    state = {'cpu': torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state):
+    """Set what :func:`rng_state` returned (CUDA's part where the devices are the same
+    number)."""
+    torch.set_rng_state(state['cpu'])
+    cuda = state.get('cuda')
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+@HOOKS.register_module()
+class RngStateHook(Hook):
+    """Keep torch's generator state in each checkpoint (``checkpoint['torch_rng_state']``) and
+    set it back at the first iteration of a run resumed from that checkpoint, so the resumed
+    run draws what the uninterrupted one drew.
+
+    Validation runs on a fork of the state: what it draws (each data-loader iterator takes a
+    worker seed from the generator) is undone after it. So the state saved just before a
+    validation is the one the next iteration starts from, and how often a run validates does
+    not change its training.
+
+    A checkpoint loaded with ``load_from`` (a fine-tune, starting at iteration 0) leaves the
+    generator alone, and so does a checkpoint saved before this hook existed. With several
+    processes each has its own stream and a checkpoint is written by one of them, so a
+    distributed run saves no state and resumes as mmengine does (logged).
+
+    Registered by densevit's ``Runner`` in every run; ``VERY_HIGH`` priority, so it restores
+    before any other hook draws or saves.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self):
+        self._resumed = None  # (iteration, state) of the checkpoint loaded
+        self._before_val = None
+
+    def before_save_checkpoint(self, runner, checkpoint):
+        if get_world_size() == 1:
+            checkpoint[RNG_KEY] = rng_state()
+
+    def after_load_checkpoint(self, runner, checkpoint):
+        state, meta = checkpoint.get(RNG_KEY), checkpoint.get('meta') or {}
+        self._resumed = (meta['iter'], state) if state is not None and 'iter' in meta else None
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        if self._resumed is None:
+            return
+        (it, state), self._resumed = self._resumed, None
+        if runner.iter != it or it == 0:  # not a resume of that checkpoint
+            return
+        if get_world_size() > 1:
+            runner.logger.info('RngStateHook: a distributed run resumes with freshly seeded '
+                               'generators (each process has its own stream)')
+            return
+        set_rng_state(state)
+
+    def before_val_epoch(self, runner):
+        self._before_val = rng_state()
+
+    def after_val_epoch(self, runner, metrics=None):
+        if self._before_val is not None:
+            set_rng_state(self._before_val)
+            self._before_val = None
