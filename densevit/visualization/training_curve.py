@@ -192,9 +192,11 @@ def plot_curves(work_dirs, out_file, x='minutes', file_name='training_clock.csv'
     if not keys:  # a training log's scalars keep matplotlib's own limits (a loss may be < 0)
         ax.set_ylim(0, top)  # top None: matplotlib's own upper limit
     ax.grid(alpha=0.3)
-    if len(ax.get_lines()) > 8:  # a legend that would hide the curves goes beside them
-        fig.set_size_inches(9, 4)
-        ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1))
+    n = len(ax.get_lines())
+    if n > 8:  # a legend that would hide the curves goes beside them, in two columns
+        ncol = 1 if n <= 24 else 2  # past the 24 rows that fit the figure's height
+        fig.set_size_inches(9 + 4 * (ncol - 1), 4)
+        ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1), ncol=ncol)
     else:
         ax.legend(fontsize=8)
     fig.tight_layout()
