@@ -6,9 +6,13 @@ mmengine's resume seeds that generator afresh and replays the data loader, which
 data back (the pipelines draw from numpy, in the loader's workers or in the replay) but starts
 the model's draws again from the seed, so a resumed run drifts from an uninterrupted one.
 """
+import random
+
+import numpy as np
 import torch
 from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
+from mmengine.runner import EpochBasedTrainLoop
 
 from densevit.registry import HOOKS
 
@@ -17,21 +21,30 @@ RNG_KEY = 'torch_rng_state'
 
 
 def rng_state():
-    """torch's generator states: ``{'cpu': ByteTensor}``, plus ``'cuda'`` (one per device)
-    once CUDA is in use."""
-    state = {'cpu': torch.get_rng_state()}
+    """The generators' states: torch's ``'cpu'`` (ByteTensor) and ``'cuda'`` (one per device,
+    once CUDA is in use), numpy's (``'numpy'``, its key as an int64 tensor, so that
+    ``torch.load(weights_only=True)`` reads it) and Python's (``'python'``)."""
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    state = {'cpu': torch.get_rng_state(),
+             'numpy': (name, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss),
+                       float(gauss)),
+             'python': random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state['cuda'] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state):
-    """Set what :func:`rng_state` returned (CUDA's part where the devices are the same
-    number)."""
+def set_rng_state(state, host=False):
+    """Set torch's generators from what :func:`rng_state` returned (CUDA's where the devices
+    are the same number); with ``host``, numpy's and Python's too."""
     torch.set_rng_state(state['cpu'])
     cuda = state.get('cuda')
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
+    if host and 'numpy' in state:
+        name, key, pos, has_gauss, gauss = state['numpy']
+        np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
+        random.setstate(state['python'])
 
 
 @HOOKS.register_module()
@@ -49,6 +62,12 @@ class RngStateHook(Hook):
     generator alone, and so does a checkpoint saved before this hook existed. With several
     processes each has its own stream and a checkpoint is written by one of them, so a
     distributed run saves no state and resumes as mmengine does (logged).
+
+    Where it is set back: an iteration-based run, torch's generator at its first iteration,
+    after mmengine has replayed the data loader up to it (the replay redoes the pipelines'
+    numpy draws); an epoch-based run, which is not replayed, every generator (numpy and Python
+    too: a pipeline in the main process draws from them) when the epoch starts, before that
+    epoch's data loader takes its worker seed (as the uninterrupted run's did after the save).
 
     Registered by densevit's ``Runner`` in every run; ``VERY_HIGH`` priority, so it restores
     before any other hook draws or saves.
@@ -68,7 +87,14 @@ class RngStateHook(Hook):
         state, meta = checkpoint.get(RNG_KEY), checkpoint.get('meta') or {}
         self._resumed = (meta['iter'], state) if state is not None and 'iter' in meta else None
 
+    def before_train_epoch(self, runner):
+        if isinstance(runner.train_loop, EpochBasedTrainLoop):
+            self._restore(runner, host=True)
+
     def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self._restore(runner)
+
+    def _restore(self, runner, host=False):
         if self._resumed is None:
             return
         (it, state), self._resumed = self._resumed, None
@@ -78,12 +104,12 @@ class RngStateHook(Hook):
             runner.logger.info('RngStateHook: a distributed run resumes with freshly seeded '
                                'generators (each process has its own stream)')
             return
-        set_rng_state(state)
+        set_rng_state(state, host=host)
 
     def before_val_epoch(self, runner):
         self._before_val = rng_state()
 
     def after_val_epoch(self, runner, metrics=None):
         if self._before_val is not None:
-            set_rng_state(self._before_val)
+            set_rng_state(self._before_val, host=True)
             self._before_val = None

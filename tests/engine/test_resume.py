@@ -86,10 +86,43 @@ def test_validating_does_not_change_the_training(runs, tmp_path):
         assert b[it] == pytest.approx(a[it], rel=1e-6, abs=1e-7), f'iteration {it}'
 
 
+EPOCHS = DROPOUT + """
+train_dataloader = dict(dataset=dict(data_root=data_root),
+                        sampler=dict(_delete_=True, type='DefaultSampler', shuffle=True))
+train_cfg = dict(_delete_=True, type='EpochBasedTrainLoop', max_epochs=2, val_interval=1)
+default_hooks = dict(checkpoint=dict(by_epoch=True, interval=1))
+"""
+
+
+def test_an_epoch_based_run_resumes_exactly(tmp_path):
+    """Epochs of 4 iterations, a validation after each; not replayed on resume, so the
+    generators (torch's for dropout, numpy's for the pipeline's flips, in the main process
+    here) are set back when the second epoch starts."""
+    train_tool, config = load_tool('tools/train.py'), write_config(tmp_path, extra=EPOCHS)
+
+    def run(name, epochs, *extra):
+        with isolated():
+            assert train_tool.main([config, '--work-dir', str(tmp_path / name), *extra,
+                                    '--cfg-options', f'train_cfg.max_epochs={epochs}',
+                                    *unique_names()]) == 0
+
+    run('straight', 2)
+    run('cut', 1)
+    time.sleep(1.0)  # log dirs are named by the start second
+    run('cut', 2, '--resume')
+    a, b = (torch.load(tmp_path / wd / 'epoch_2.pth', weights_only=True)['state_dict']
+            for wd in ('straight', 'cut'))
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-6, atol=1e-7, msg=k)
+
+
 def test_checkpoint_keeps_the_generator_state(runs):
     ckpt = torch.load(runs[1] / 'iter_3.pth', map_location='cpu', weights_only=True)
-    state = ckpt['torch_rng_state']['cpu']
-    assert state.dtype == torch.uint8 and state.numel() == torch.get_rng_state().numel()
+    state = ckpt['torch_rng_state']
+    assert state['cpu'].dtype == torch.uint8
+    assert state['cpu'].numel() == torch.get_rng_state().numel()
+    assert state['numpy'][0] == 'MT19937' and state['numpy'][1].shape == (624,)
+    assert state['python'][0] == 3 and len(state['python'][1]) == 625
 
 
 def test_resumed_run_restores_scheduler(runs):
