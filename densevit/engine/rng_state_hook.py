@@ -49,7 +49,8 @@ def set_rng_state(state, host=False):
 
 @HOOKS.register_module()
 class RngStateHook(Hook):
-    """Keep torch's generator state in each checkpoint (``checkpoint['torch_rng_state']``) and
+    """Keep the generators' state (torch's; numpy's and Python's beside it) in each checkpoint
+    (``checkpoint['torch_rng_state']``, the key named for what every resume restores) and
     set it back at the first iteration of a run resumed from that checkpoint, so the resumed
     run draws what the uninterrupted one drew.
 
